@@ -1,0 +1,5 @@
+"""``python -m date_engine`` runs the ``date`` command line."""
+
+from date_engine.cli import main
+
+main()

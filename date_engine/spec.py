@@ -1,0 +1,471 @@
+"""The baseline spec: the YAML a user writes, validated.
+
+A spec describes a small-batch run that already works (``baseline``), how DATE should scale it
+(``date``) and how the bundled trainer should run (``train``). Key names are the public file
+format; unknown keys are rejected so that a typo never silently falls back to a default.
+
+    recipe: lenet-mnist
+    baseline: {batch_size: 1024, lr: 1.25e-3, warmup_epochs: 2, iterations: 1755,
+               dataset_size: 60000, optimizer: {name: rmsprop}}
+    date: {scaling: sqrt, warmup: legw, warmup_shape: linear, lr_floor: 1.0e-6}
+    train: {micro_batch: 256}
+
+:func:`load_spec` reads a file, applies ``key=value`` overrides and returns a frozen :class:`Spec`,
+or raises :class:`~date_engine.errors.SpecError` with one sentence naming the file, the field and
+the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+
+from date_engine.errors import SpecError
+
+__all__ = [
+    "BaselineSpec",
+    "DateSpec",
+    "LayerRatioSpec",
+    "OptimizerSpec",
+    "Spec",
+    "TrainSpec",
+    "load_spec",
+    "parse_spec",
+    "apply_overrides",
+]
+
+OptimizerName = Literal["sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw"]
+
+# Options each base optimizer accepts, and torch's default for each (used when the spec is silent).
+_OPTIMIZER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "sgd": {"weight_decay": 0.0},
+    "momentum": {"momentum": 0.9, "dampening": 0.0, "weight_decay": 0.0},
+    "nesterov": {"momentum": 0.9, "weight_decay": 0.0},
+    "adagrad": {"lr_decay": 0.0, "weight_decay": 0.0, "initial_accumulator_value": 0.0, "eps": 1e-10},
+    "rmsprop": {"alpha": 0.99, "eps": 1e-8, "weight_decay": 0.0, "momentum": 0.0, "centered": False},
+    "adam": {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amsgrad": False},
+    "adamw": {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2, "amsgrad": False},
+}
+
+# Defaults of the per-layer ratio rules (paper §3.5; see spec/DATE.md §3). The optimizer reads
+# these too, so there is one place to change them.
+DEFAULT_GAMMA = 2.0
+DEFAULT_TRUST_COEFFICIENT = 1e-3
+DEFAULT_LOWER = 0.0
+DEFAULT_UPPER = 10.0
+
+_LAYER_RATIO_OPTIONS: dict[str, tuple[str, ...]] = {
+    "dynamic": ("gamma",),
+    "static": ("trust_coefficient", "lower", "upper"),
+    "off": (),
+}
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True
+    )
+
+
+class OptimizerSpec(_Section):
+    """The base optimizer of the baseline run; DATE keeps it and adapts its per-layer step.
+
+    Options a base optimizer does not have are rejected; options left out take torch's defaults.
+    """
+
+    name: OptimizerName = "momentum"
+    """sgd | momentum | nesterov | adagrad | rmsprop | adam | adamw."""
+    momentum: float | None = Field(default=None, ge=0.0, lt=1.0)
+    """Momentum factor (momentum, nesterov: default 0.9; rmsprop: default 0)."""
+    dampening: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Momentum dampening (momentum only; default 0)."""
+    weight_decay: float | None = Field(default=None, ge=0.0)
+    """L2 penalty (decoupled for adamw). Default 0, or 0.01 for adamw, as in torch."""
+    betas: tuple[float, float] | None = None
+    """Adam's moment decay rates (adam, adamw; default [0.9, 0.999])."""
+    eps: float | None = Field(default=None, gt=0.0)
+    """Denominator term of adaptive optimizers (adagrad 1e-10; rmsprop, adam, adamw 1e-8)."""
+    alpha: float | None = Field(default=None, gt=0.0, lt=1.0)
+    """RMSprop's squared-gradient decay (default 0.99)."""
+    centered: bool | None = None
+    """RMSprop: normalise by the gradient's variance instead of its second moment."""
+    amsgrad: bool | None = None
+    """Adam/AdamW: keep the running maximum of the second moment."""
+    lr_decay: float | None = Field(default=None, ge=0.0)
+    """AdaGrad's own learning-rate decay (default 0)."""
+    initial_accumulator_value: float | None = Field(default=None, ge=0.0)
+    """AdaGrad's starting sum of squares (default 0)."""
+
+    @model_validator(mode="after")
+    def _options_belong_to_optimizer(self) -> OptimizerSpec:
+        allowed = _OPTIMIZER_DEFAULTS[self.name]
+        stray = sorted(f for f in self.model_fields_set if f != "name" and f not in allowed)
+        if stray:
+            raise ValueError(
+                f"'{stray[0]}' is not an option of the {self.name} optimizer; remove it "
+                f"(its options: {', '.join(allowed)})"
+            )
+        if self.betas is not None and not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"betas must lie in [0, 1), got {list(self.betas)}")
+        return self
+
+    @property
+    def adaptive(self) -> bool:
+        """True for optimizers that normalise the gradient per element (AdaGrad, RMSprop, Adam)."""
+        return self.name in ("adagrad", "rmsprop", "adam", "adamw")
+
+    def options(self) -> dict[str, Any]:
+        """Every option of this optimizer, the spec's value where given, else torch's default."""
+        resolved = dict(_OPTIMIZER_DEFAULTS[self.name])
+        for field in self.model_fields_set & resolved.keys():
+            resolved[field] = getattr(self, field)
+        return resolved
+
+
+class LayerRatioSpec(_Section):
+    """Per-layer learning-rate ratios (paper §3.5; spec/DATE.md §3)."""
+
+    mode: Literal["dynamic", "static", "off"] = "dynamic"
+    """dynamic: clamp(ρ/m, 1/γ, γ) with m the geometric mean of the ratios; static: clamp(c·ρ,
+    lower, upper) with fixed bounds (the paper's Algorithm 1 read literally); off: the base
+    optimizer unchanged."""
+    gamma: float | None = Field(default=None, ge=1.0)
+    """dynamic: how far a layer's ratio may stray from the geometric mean (a factor ≥ 1)."""
+    trust_coefficient: float | None = Field(default=None, gt=0.0)
+    """static: c, the trust coefficient multiplying ||w||/||g||."""
+    lower: float | None = Field(default=None, ge=0.0)
+    """static: the lowest ratio allowed."""
+    upper: float | None = Field(default=None, gt=0.0)
+    """static: the highest ratio allowed."""
+
+    @model_validator(mode="after")
+    def _options_belong_to_mode(self) -> LayerRatioSpec:
+        allowed = _LAYER_RATIO_OPTIONS[self.mode]
+        stray = sorted(f for f in self.model_fields_set if f != "mode" and f not in allowed)
+        if stray:
+            owner = next(m for m, opts in _LAYER_RATIO_OPTIONS.items() if stray[0] in opts)
+            raise ValueError(
+                f"'{stray[0]}' belongs to mode {owner}, not {self.mode}; remove it or set "
+                f"mode: {owner}"
+            )
+        if self.mode == "static" and self.resolved_lower > self.resolved_upper:
+            raise ValueError(
+                f"lower ({self.resolved_lower:g}) is above upper ({self.resolved_upper:g}); "
+                "swap them"
+            )
+        return self
+
+    @property
+    def resolved_gamma(self) -> float:
+        return DEFAULT_GAMMA if self.gamma is None else self.gamma
+
+    @property
+    def resolved_trust_coefficient(self) -> float:
+        return DEFAULT_TRUST_COEFFICIENT if self.trust_coefficient is None else self.trust_coefficient
+
+    @property
+    def resolved_lower(self) -> float:
+        return DEFAULT_LOWER if self.lower is None else self.lower
+
+    @property
+    def resolved_upper(self) -> float:
+        return DEFAULT_UPPER if self.upper is None else self.upper
+
+
+class BaselineSpec(_Section):
+    """The small-batch run that already works: DATE's only inputs (spec/DATE.md §1)."""
+
+    batch_size: PositiveInt
+    """B0: the baseline's global batch size, in samples."""
+    lr: float = Field(gt=0.0)
+    """η0: the baseline's peak learning rate."""
+    warmup_epochs: float = Field(ge=0.0)
+    """w0: the baseline's warmup length, in epochs (0 for none)."""
+    iterations: PositiveInt | None = None
+    """I0: the baseline's optimizer steps. Give this or ``epochs``, not both."""
+    epochs: float | None = Field(default=None, gt=0.0)
+    """E: the baseline's training length in epochs; I0 = ceil(E·n/B0). Give this or ``iterations``."""
+    dataset_size: PositiveInt | None = None
+    """n: training samples per epoch. Optional when the recipe knows it."""
+    optimizer: OptimizerSpec = OptimizerSpec()
+    """The base optimizer and its options."""
+
+    @model_validator(mode="after")
+    def _one_length(self) -> BaselineSpec:
+        if (self.iterations is None) == (self.epochs is None):
+            given = "both" if self.iterations is not None else "neither"
+            raise ValueError(
+                f"give exactly one of 'iterations' or 'epochs' for the baseline's length (got {given})"
+            )
+        return self
+
+
+class DateSpec(_Section):
+    """How DATE scales the baseline (spec/DATE.md §2)."""
+
+    scaling: Literal["sqrt", "linear", "none"] = "sqrt"
+    """Peak LR rule: sqrt (η = √k·η0, DATE), linear (η = k·η0, Goyal et al.) or none (η = η0)."""
+    warmup: Literal["legw", "constant"] = "legw"
+    """legw: warmup epochs grow with the batch (w = k·w0); constant: w = w0, for comparisons."""
+    warmup_shape: Literal["linear", "quadratic"] = "linear"
+    """LR during warmup: η·(e/w) or η·(e/w)²."""
+    lr_floor: float = Field(default=1e-6, ge=0.0)
+    """η̂: the decay stops at this LR."""
+    layer_ratio: LayerRatioSpec = LayerRatioSpec()
+    """Per-layer learning-rate ratios."""
+
+
+class TrainSpec(_Section):
+    """Settings of the bundled trainer. None of them changes the plan's schedule."""
+
+    micro_batch: PositiveInt | None = None
+    """Samples per process per forward/backward pass; the rest of the batch is accumulation."""
+    seed: int = 0
+    """Seed for model initialisation and data order."""
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """Compute precision (bf16 and fp16 on CUDA only)."""
+    output_dir: str | None = None
+    """Where runs write checkpoints, metrics and reports."""
+
+
+class Spec(_Section):
+    """A validated baseline spec. Build it with :func:`load_spec` or :func:`parse_spec`."""
+
+    recipe: str | None = None
+    """The registered recipe (model + data + metric) this baseline trains."""
+    baseline: BaselineSpec
+    """The working small-batch run."""
+    date: DateSpec = DateSpec()
+    """How to scale it."""
+    train: TrainSpec = TrainSpec()
+    """How the bundled trainer runs it."""
+
+    def fingerprint(self) -> str:
+        """A short, stable hash of every setting, for telling runs and checkpoints apart."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML with the 1.2 core schema's scalars: only true/false are booleans (so ``mode: off``
+    stays the string 'off', not False) and ``1e-3`` is a number."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def _yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
+def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> Spec:
+    """Read a baseline YAML, apply ``key=value`` overrides (dotted keys) and validate it.
+
+    Raises :class:`SpecError` with one sentence naming the file, the field and the fix.
+    """
+    path = Path(path)
+    if not path.is_file():
+        what = "is a directory, not a file" if path.is_dir() else "does not exist"
+        raise SpecError(f"{path}: {what}; pass the path of a baseline YAML (see recipes/).")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot be read ({exc}); check the file's permissions.") from exc
+    try:
+        raw = _yaml(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: {_yaml_problem(exc)}") from exc
+    return parse_spec(raw, overrides=overrides, source=str(path))
+
+
+def parse_spec(raw: Any, overrides: Iterable[str] = (), source: str = "<spec>") -> Spec:
+    """Validate an already-parsed mapping (``source`` names it in error messages)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise SpecError(
+            f"{source}: expected a mapping with keys recipe, baseline, date and train at the top "
+            f"level, got a {_type_name(raw)}."
+        )
+    data = apply_overrides(raw, overrides)
+    overridden = {key for key, _ in (_split_override(o) for o in overrides)}
+    try:
+        return Spec.model_validate(data)
+    except ValidationError as exc:
+        lines = [_describe(err, overridden) for err in exc.errors()]
+        raise SpecError(f"{source}: " + "\n".join(lines)) from None
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Return a deep copy of ``raw`` with each ``section.key=value`` set (value parsed as YAML)."""
+    data = _deep_copy(raw)
+    for override in overrides:
+        key, value = _split_override(override)
+        parts = key.split(".")
+        node = data
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                prefix = ".".join(parts[: depth + 1])
+                raise SpecError(
+                    f"--set {override}: '{prefix}' holds a value ({child!r}), not a section; "
+                    f"set '{prefix}=...' instead."
+                )
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def _split_override(override: str) -> tuple[str, Any]:
+    key, sep, text = override.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise SpecError(
+            f"--set {override!r}: expected key=value with a dotted key, "
+            "e.g. --set baseline.lr=0.1 or --set date.scaling=linear."
+        )
+    try:
+        value = _yaml(text) if text.strip() else None
+    except yaml.YAMLError:
+        raise SpecError(
+            f"--set {override!r}: the value is not valid YAML; quote it, e.g. --set {key}='...'."
+        ) from None
+    return key, value
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Error messages: one sentence per problem, naming the field and the fix.
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}malformed YAML ({problem}); check the indentation and the 'key: value' pairs there."
+
+
+def _describe(err: Mapping[str, Any], overridden: set[str]) -> str:
+    loc = tuple(str(part) for part in err["loc"])
+    field = ".".join(loc) or "spec"
+    kind = err["type"]
+    ctx = err.get("ctx") or {}
+    got = err.get("input")
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(loc[:-1])
+        elsewhere = [".".join(s) for s in _sections() if s != loc[:-1] and loc[-1] in _allowed_keys(s)]
+        close = difflib.get_close_matches(loc[-1], allowed, n=1)
+        if elsewhere:
+            hint = f"'{loc[-1]}' belongs under {elsewhere[0]}; "
+        else:
+            hint = f"did you mean '{close[0]}'? " if close else ""
+        text = f"{field}: unknown key; {hint}allowed here: {', '.join(allowed)}."
+    elif kind == "missing":
+        text = f"{field}: required but missing; add it{_example(loc)}."
+    elif kind in ("int_parsing", "int_type", "int_from_float"):
+        text = f"{field}: expected a whole number, got {got!r}."
+    elif kind in ("float_parsing", "float_type", "finite_number"):
+        text = f"{field}: expected a number, got {got!r}."
+    elif kind in ("bool_parsing", "bool_type"):
+        text = f"{field}: expected true or false, got {got!r}."
+    elif kind in ("string_type",):
+        text = f"{field}: expected text, got {got!r}."
+    elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        bound = {"greater_than": "> {gt}", "greater_than_equal": ">= {ge}",
+                 "less_than": "< {lt}", "less_than_equal": "<= {le}"}[kind].format(**ctx)
+        text = f"{field}: must be {bound}, got {got!r}."
+    elif kind == "literal_error":
+        text = f"{field}: must be one of {ctx.get('expected')}, got {got!r}."
+    elif kind in ("model_type", "model_attributes_type", "dict_type"):
+        text = f"{field}: expected a section of 'key: value' pairs, got {got!r}."
+    elif kind in ("tuple_type", "list_type", "too_short", "too_long"):
+        text = f"{field}: {err['msg'].lower()}, got {got!r}."
+    elif kind == "value_error":
+        text = f"{field}: {ctx.get('error', err['msg'])}."
+    else:
+        text = f"{field}: {err['msg']} (got {got!r})."
+    if field in overridden or any(field.startswith(o + ".") for o in overridden):
+        text = text[:-1] + " (set by --set)."
+    return text
+
+
+def _allowed_keys(loc: tuple[str, ...]) -> list[str]:
+    model: type[BaseModel] | None = Spec
+    for part in loc:
+        info = model.model_fields.get(part) if model is not None else None
+        model = _model_of(info.annotation) if info is not None else None
+    return list(model.model_fields) if model is not None else []
+
+
+def _sections(model: type[BaseModel] | None = None, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Dotted paths of every section (nested model) of the spec, the top level included."""
+    model = model or Spec
+    found = [prefix]
+    for name, info in model.model_fields.items():
+        sub = _model_of(info.annotation)
+        if sub is not None:
+            found += _sections(sub, prefix + (name,))
+    return found
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = _model_of(arg)
+            if found is not None:
+                return found
+    return None
+
+
+_EXAMPLES = {
+    "baseline": ": baseline: {batch_size: 256, lr: 0.1, warmup_epochs: 1, epochs: 90}",
+    "batch_size": ", e.g. batch_size: 256",
+    "lr": ", e.g. lr: 0.1",
+    "warmup_epochs": ", e.g. warmup_epochs: 1 (0 for no warmup)",
+}
+
+
+def _example(loc: tuple[str, ...]) -> str:
+    return _EXAMPLES.get(loc[-1], "") if loc else ""
+
+
+def _type_name(value: Any) -> str:
+    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
+        type(value), type(value).__name__
+    )

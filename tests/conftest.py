@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from date_engine import parse_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "recipes"
+
+# The paper's worked example (spec/DATE.md §1): LeNet on MNIST, B0 = 1024.
+LENET = {
+    "baseline": {
+        "batch_size": 1024,
+        "lr": 1.25e-3,
+        "warmup_epochs": 2,
+        "iterations": 1755,
+        "dataset_size": 60000,
+        "optimizer": {"name": "rmsprop"},
+    }
+}
+
+
+def lenet_spec(**date):
+    raw = copy.deepcopy(LENET)
+    raw["date"] = date
+    return parse_spec(raw)
+
+
+@pytest.fixture
+def lenet_raw():
+    return copy.deepcopy(LENET)
+
+
+@pytest.fixture
+def write_spec(tmp_path):
+    """Write a mapping (or raw text) as a YAML file and return its path."""
+    import yaml
+
+    def write(content, name="spec.yaml"):
+        path = tmp_path / name
+        path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
+        return path
+
+    return write

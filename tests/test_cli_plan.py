@@ -1,0 +1,153 @@
+"""`date plan` through the real command line (typer's CliRunner, and a subprocess for imports)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from date_engine.cli import app
+from tests.conftest import RECIPES, ROOT
+
+LENET = str(RECIPES / "lenet-mnist.yaml")
+runner = CliRunner()
+
+
+def plan(*args):
+    return runner.invoke(app, ["plan", *map(str, args)], env={"COLUMNS": "140"})
+
+
+def test_plan_shows_every_derived_number_with_its_formula():
+    result = plan(LENET, "--batch", 8192)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for text in ["√k · η0", "= √8 · 0.00125", "0.0035355",  # peak LR and its derivation
+                 "k · w0", "16 epochs",                      # LEGW
+                 "117.1875", "⌈1024 · 1755 / 8192⌉ = ⌈219.375⌉", "220",
+                 "29.952 epochs", "15335"]:
+        assert text in out, text
+    assert "1–117" in out and "118–219" in out  # the warmup, decay and floor phases
+    assert "Batch split: 8192 = 8192 (micro-batch) × 1 (process) × 1 (accumulation step)" in out
+    assert "⣀" in out or "⠉" in out  # the braille LR curve
+
+
+def test_plan_json_has_the_plan_fields():
+    result = plan(LENET, "--batch", 8192, "--nproc", 4, "--micro-batch", 256, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["baseline_batch"] == 1024 and data["target_batch"] == 8192
+    assert data["scale"] == 8 and data["peak_lr"] == pytest.approx(3.5355339e-3)
+    assert data["warmup_epochs"] == 16 and data["warmup_iterations"] == 117.1875
+    assert data["total_iterations"] == 220 and data["total_epochs"] == pytest.approx(29.952)
+    assert data["lr_floor"] == 1e-6
+    assert (data["micro_batch"], data["world_size"], data["accumulation_steps"]) == (256, 4, 8)
+    assert [p["name"] for p in data["phases"]] == ["warmup", "decay", "floor"]
+    assert {d["symbol"] for d in data["derivations"]} >= {"k", "η", "w", "I_w", "I", "E_tot"}
+
+
+def test_set_overrides_reach_the_plan():
+    result = plan(LENET, "--batch", 8192, "--json", "--set", "date.scaling=linear",
+                  "--set", "baseline.warmup_epochs=1")
+    data = json.loads(result.stdout)
+    assert data["peak_lr"] == pytest.approx(0.01) and data["warmup_epochs"] == 8
+
+
+def test_compare_puts_goyal_beside_date():
+    result = plan(LENET, "--batch", 8192, "--compare")
+    assert result.exit_code == 0, result.output
+    assert "DATE (sqrt + LEGW)" in result.stdout
+    assert "linear scaling + constant warmup" in result.stdout
+    data = json.loads(plan(LENET, "--batch", 8192, "--compare", "--json").stdout)
+    assert data["compare"]["peak_lr"] == pytest.approx(0.01)
+    assert data["compare"]["warmup_epochs"] == 2
+
+
+def test_plot_writes_a_png(tmp_path):
+    out = tmp_path / "lr.png"
+    result = plan(LENET, "--batch", 8192, "--compare", "--plot", out)
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+BAD_INPUT = [
+    # (arguments after `plan`, words the message must contain)
+    ([LENET, "--batch", 16384], "LEGW fits up to batch 15335"),                    # w >= E_tot
+    ([LENET, "--batch", 60001], "larger than the data set (60000 samples"),        # B > n
+    ([LENET, "--batch", 0], "--batch must be a positive whole number, got 0"),
+    ([LENET, "--batch", -8], "--batch must be a positive whole number, got -8"),
+    ([LENET, "--batch", 8192, "--nproc", 0], "--nproc (world size) must be a positive"),
+    ([LENET, "--batch", 8192, "--micro-batch", 0], "--micro-batch must be a positive"),
+    ([LENET, "--batch", 8192, "--set", "baseline.lr=-0.1"], "baseline.lr: must be > 0.0"),
+    ([LENET, "--batch", 8192, "--set", "baseline.epochs=30"], "give exactly one of 'iterations' or 'epochs'"),
+    ([LENET, "--batch", 8192, "--set", "baseline.iterations=null"], "(got neither)"),
+    ([LENET, "--batch", 8192, "--nproc", 3], "use a batch of 8190 or 8193, or --nproc 1, 2, 4 or 8"),
+    ([LENET, "--batch", 8192, "--nproc", 4, "--micro-batch", 48],
+     "micro-batches that work: 32 (64 accumulation steps), 64 (32 accumulation steps)"),
+    ([LENET, "--batch", 8192, "--micro-batch", 10000], "use --micro-batch 8192 or less"),
+    ([LENET, "--batch", 8192, "--set", "date.lr_floor=0.01"], "date.lr_floor (0.01) is not below the peak LR"),
+    ([LENET, "--batch", 8192, "--set", "baseline.warmup_epochs=40"], "baseline.warmup_epochs (40) is not shorter"),
+    ([LENET, "--batch", 8192, "--set", "baseline.dataset_size=null"], "baseline.dataset_size is missing"),
+    (["missing.yaml", "--batch", 8192], "missing.yaml: does not exist"),
+    ([LENET, "--batch", 8192, "--set", "baseline.batch_size=many"],
+     "baseline.batch_size: expected a whole number, got 'many'"),
+    ([LENET, "--batch", 8192, "--set", "date.warmup_epochs=3"],
+     "date.warmup_epochs: unknown key; 'warmup_epochs' belongs under baseline"),
+    ([LENET, "--batch", 8192, "--set", "baseline.lr"], "--set 'baseline.lr': expected key=value"),
+    ([LENET, "--batch", 8192, "--plot", "/nonexistent/dir/lr.png"], "the folder /nonexistent/dir does not exist"),
+]
+
+
+@pytest.mark.parametrize("args, message", BAD_INPUT, ids=[m[:40] for _, m in BAD_INPUT])
+def test_bad_input_exits_2_with_one_clear_message(args, message):
+    result = plan(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert result.stderr.startswith("error: ")
+    assert "Traceback" not in result.output and result.stdout == ""
+
+
+def test_malformed_yaml_and_unknown_key_in_the_file(write_spec):
+    bad = write_spec("baseline: {batch_size: 1024, lr: [0.1\n", "bad.yaml")
+    result = plan(bad, "--batch", 8192)
+    assert result.exit_code == 2 and "bad.yaml: line 2, column 1: malformed YAML" in result.stderr
+    typo = write_spec({"baseline": {"batch_size": 1024, "lr": 0.1, "warmup_epochs": 1,
+                                    "epochs": 10, "dataset_size": 60000, "learning_rate": 1}},
+                      "typo.yaml")
+    result = plan(typo, "--batch", 8192)
+    assert result.exit_code == 2
+    assert "typo.yaml: baseline.learning_rate: unknown key" in result.stderr
+
+
+def test_missing_batch_is_a_usage_error():
+    result = plan(LENET)
+    assert result.exit_code == 2 and "--batch" in result.output
+
+
+def test_help_lists_the_options():
+    result = runner.invoke(app, ["plan", "--help"], env={"COLUMNS": "140"})
+    assert result.exit_code == 0
+    for option in ["--batch", "--nproc", "--micro-batch", "--set", "--json", "--plot", "--compare"]:
+        assert option in result.stdout
+
+
+def test_date_plan_does_not_import_torch():
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from date_engine.cli import app\n"
+        f"r = CliRunner().invoke(app, ['plan', {LENET!r}, '--batch', '8192', '--compare'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'matplotlib')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_module_entry_point():
+    out = subprocess.run([sys.executable, "-m", "date_engine", "--help"], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert out.returncode == 0 and "plan" in out.stdout
