@@ -1,0 +1,94 @@
+"""LAMB (You et al., 2019), as spec/DATE.md §4 states it, for comparisons.
+
+Per parameter tensor, at step t, with Adam's moments and bias corrections b1 = 1 − β1^t, b2 = 1 − β2^t:
+
+    m ← β1·m + (1 − β1)·g        v ← β2·v + (1 − β2)·g²
+    u = (m/b1) / (sqrt(v/b2) + ε) + λ·w
+    r = φ(||w||) / ||u||          (r = 1 if a norm is 0)
+    w ← w − η·r·u
+
+A param group with ``layer_ratio=False`` keeps r = 1 (Adam with L2 folded into the update).
+No host synchronisation in ``step``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from date_engine.optim._tensors import group_by_device_and_dtype, like, norms, scalars
+from date_engine.optim.ratios import trust_ratio
+
+__all__ = ["LAMB"]
+
+
+class LAMB(Optimizer):
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        phi_bounds: tuple[float, float] | None = None,
+    ) -> None:
+        if lr <= 0 or eps <= 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"invalid LAMB settings: lr={lr}, betas={betas}, eps={eps}, "
+                             f"weight_decay={weight_decay}")
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                        phi_bounds=phi_bounds, layer_ratio=True)
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            for p in params:
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1
+            # one foreach pass per (device, dtype, step): the bias corrections are plain floats
+            buckets: dict[tuple, list[Tensor]] = {}
+            for key, idx in group_by_device_and_dtype(params).items():
+                for i in idx:
+                    buckets.setdefault((*key, self.state[params[i]]["step"]), []).append(params[i])
+            for (_, _, t), ps in buckets.items():
+                self._update(ps, group, t)
+        return loss
+
+    def _update(self, params: list[Tensor], group: dict[str, Any], t: int) -> None:
+        (beta1, beta2), eps, wd, lr = group["betas"], group["eps"], group["weight_decay"], group["lr"]
+        grads = [p.grad for p in params]
+        m = [self.state[p]["exp_avg"] for p in params]
+        v = [self.state[p]["exp_avg_sq"] for p in params]
+        torch._foreach_lerp_(m, grads, 1 - beta1)
+        torch._foreach_mul_(v, beta2)
+        torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
+        # u = (m/b1)/(sqrt(v/b2) + ε) = c·m/(sqrt(v) + ε·sqrt(b2)) with c = sqrt(b2)/b1, so the
+        # passes work on u' = u/c and c is folded into the final scale.
+        sqrt_b2 = math.sqrt(1 - beta2**t)
+        c = sqrt_b2 / (1 - beta1**t)
+        u = torch._foreach_sqrt(v)
+        torch._foreach_add_(u, eps * sqrt_b2)
+        torch._foreach_reciprocal_(u)
+        torch._foreach_mul_(u, m)
+        if wd != 0:
+            torch._foreach_add_(u, params, alpha=wd / c)
+        if group["layer_ratio"]:
+            r = trust_ratio(norms(params), norms(u) * c, phi_bounds=group["phi_bounds"])
+        else:
+            r = torch.ones(len(params), device=params[0].device)
+        scale = (-lr * c) * like(r, params[0])
+        torch._foreach_addcmul_(params, u, scalars(scale))

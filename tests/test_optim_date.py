@@ -1,0 +1,373 @@
+"""DATE against a float64 per-parameter reference of spec/DATE.md §3, and as a torch optimizer."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from date_engine.optim import DATE
+
+STEPS = 10
+BASES = {
+    # name: (torch class, group-0 options, group-1 options)
+    "sgd": (torch.optim.SGD, dict(lr=0.1), dict(lr=0.05, weight_decay=1e-2)),
+    "momentum": (torch.optim.SGD, dict(lr=0.1, momentum=0.9, dampening=0.1),
+                 dict(lr=0.05, momentum=0.9, weight_decay=1e-2)),
+    "nesterov": (torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True),
+                 dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=1e-2)),
+    "adagrad": (torch.optim.Adagrad, dict(lr=0.1), dict(lr=0.05, weight_decay=1e-2)),
+    "rmsprop": (torch.optim.RMSprop, dict(lr=1e-2), dict(lr=5e-3, weight_decay=1e-2, momentum=0.5)),
+    "adam": (torch.optim.Adam, dict(lr=1e-2), dict(lr=5e-3, weight_decay=1e-2)),
+    "adamw": (torch.optim.AdamW, dict(lr=1e-2), dict(lr=5e-3, weight_decay=1e-1)),
+}
+MODES = {
+    "dynamic": dict(mode="dynamic"),
+    "dynamic-gamma4": dict(mode="dynamic", gamma=4.0),
+    "static": dict(mode="static", trust_coefficient=0.05, lower=0.1, upper=3.0),
+    "off": dict(mode="off"),
+}
+
+# Parameters: (name, shape, init, gradient scale, group). Scales differ so that the raw ratios
+# spread over orders of magnitude and the clamps bind.
+LAYOUT = [
+    ("w1", (6, 5), "normal", 1.0, 0),
+    ("one", (1,), "normal", 1.0, 0),         # shape [1]: ndim <= 1, kept at r = 1
+    ("bias", (5,), "zeros", 1.0, 0),         # zero-initialised bias
+    ("zero_w", (3, 3), "zeros", 0.1, 0),     # ||w|| = 0 at the first step: r = 1 then
+    ("nograd", (2, 2), "normal", None, 0),   # never gets a gradient
+    ("w2", (4, 3, 2), "normal", 10.0, 1),
+    ("w3", (8, 2), "normal", 0.01, 1),
+]
+
+
+def make_params(dtype=torch.float64, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    params = {}
+    for name, shape, init, _, _ in LAYOUT:
+        value = torch.randn(shape, generator=gen, dtype=dtype) if init == "normal" else torch.zeros(shape, dtype=dtype)
+        params[name] = torch.nn.Parameter(value)
+    return params
+
+
+def gradients(dtype=torch.float64, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    return [{name: None if scale is None else scale * torch.randn(shape, generator=gen, dtype=dtype)
+             for name, shape, _, scale, _ in LAYOUT} for _ in range(STEPS)]
+
+
+def build(base_name, params):
+    cls, opts0, opts1 = BASES[base_name]
+    groups = [{"params": [params[n] for n, *_, g in LAYOUT if g == k], **opts} for k, opts in
+              enumerate((opts0, opts1))]
+    return cls(groups)
+
+
+def run(opt, params, grads):
+    for step_grads in grads:
+        for name, p in params.items():
+            p.grad = None if step_grads[name] is None else step_grads[name].clone()
+        opt.step()
+    return {n: p.detach().clone() for n, p in params.items()}
+
+
+# --------------------------------------------------------------------- the float64 reference
+
+
+def reference_ratios(params, grads, mode, gamma=2.0, trust_coefficient=1e-3, lower=0.0, upper=10.0):
+    """r_l per spec §3, one parameter at a time, in Python floats."""
+    rho, valid = {}, {}
+    for name, shape, *_ in LAYOUT:
+        g = grads[name]
+        if g is None or len(shape) <= 1:
+            continue
+        w_norm, g_norm = params[name].norm().item(), g.norm().item()
+        valid[name] = w_norm > 0 and g_norm > 0
+        rho[name] = w_norm / g_norm if valid[name] else 1.0
+    if mode == "off":
+        return {n: 1.0 for n in rho}
+    if mode == "static":
+        return {n: min(max(trust_coefficient * rho[n], lower), upper) if valid[n] else 1.0 for n in rho}
+    logs = [math.log(rho[n]) for n in rho if valid[n]]
+    m = math.exp(sum(logs) / len(logs)) if logs else 1.0
+    return {n: min(max(rho[n] / m, 1 / gamma), gamma) if valid[n] else 1.0 for n in rho}
+
+
+def reference_run(base_name, mode_opts, params, grads):
+    cls, opts0, opts1 = BASES[base_name]
+    group_opts = {0: opts0, 1: opts1}
+    mode = mode_opts["mode"]
+    rule = {k: v for k, v in mode_opts.items() if k != "mode"}
+    sgd_state = {}
+    per_param_base = {}  # adaptive bases: one float64 torch optimizer per parameter
+    for name, *_, g in LAYOUT:
+        if cls is not torch.optim.SGD:
+            per_param_base[name] = cls([params[name]], **group_opts[g])
+    for step_grads in grads:
+        with torch.no_grad():
+            ratios = reference_ratios(params, step_grads, mode, **rule)
+            for name, *_, group in LAYOUT:
+                g = step_grads[name]
+                if g is None:
+                    continue
+                p, r, opts = params[name], ratios.get(name, 1.0), group_opts[group]
+                if cls is torch.optim.SGD:
+                    # d = r·(g + λw); buf = μ·buf + (1 − τ)·d (buf = d at first); w -= lr·(step)
+                    d = r * (g + opts.get("weight_decay", 0.0) * p)
+                    mu = opts.get("momentum", 0.0)
+                    if mu:
+                        buf = sgd_state.get(name)
+                        buf = d.clone() if buf is None else mu * buf + (1 - opts.get("dampening", 0.0)) * d
+                        sgd_state[name] = buf
+                        d = d + mu * buf if opts.get("nesterov") else buf
+                    p -= opts["lr"] * d
+                else:
+                    before = p.detach().clone()
+                    p.grad = g.clone()
+                    with torch.enable_grad():
+                        per_param_base[name].step()
+                    p.copy_(before + r * (p - before))
+    return {n: p.detach().clone() for n, p in params.items()}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("base_name", BASES)
+@pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "loop"])
+def test_matches_float64_reference(base_name, mode, foreach):
+    grads = gradients()
+    params = make_params()
+    got = run(DATE(build(base_name, params), foreach=foreach, **MODES[mode]), params, grads)
+    want = reference_run(base_name, MODES[mode], make_params(), grads)
+    for name in got:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-6, atol=1e-12, msg=name)
+    assert torch.equal(got["nograd"], make_params()["nograd"])
+
+
+@pytest.mark.parametrize("base_name", BASES)
+def test_ratios_actually_bind(base_name):
+    """Guard the reference test against passing trivially: the clamps and the zero norm matter."""
+    params = make_params()
+    opt = DATE(build(base_name, params))
+    grads = gradients()
+    run(opt, params, grads[:1])
+    r = opt.last_ratios
+    assert r.numel() == 4  # w1, zero_w, w2, w3 — the tensors with ndim > 1 and a gradient
+    assert (r == 2.0).any() and (r == 0.5).any(), r  # both bounds of gamma = 2 bind
+    assert (r == 1.0).any(), r  # zero_w: ||w|| = 0 at the first step
+
+
+@pytest.mark.parametrize("base_name", BASES)
+def test_mode_off_is_exactly_the_base(base_name):
+    grads = gradients(torch.float32)
+    a, b = make_params(torch.float32), make_params(torch.float32)
+    got = run(DATE(build(base_name, a), mode="off"), a, grads)
+    want = run(build(base_name, b), b, grads)
+    for name in got:
+        assert torch.equal(got[name], want[name]), name
+
+
+@pytest.mark.parametrize("base_name", ["sgd", "momentum", "nesterov"])
+def test_sgd_path_with_unit_ratios_is_torch_sgd(base_name):
+    """DATE runs SGD's update itself (to fold r_l in); with every r_l = 1 it must be SGD's, up to
+    float32 rounding (Nesterov's two terms are added to w one after the other)."""
+    grads = gradients(torch.float32)
+    a, b = make_params(torch.float32), make_params(torch.float32)
+    got = run(DATE(build(base_name, a), mode="static", lower=1.0, upper=1.0), a, grads)
+    want = run(build(base_name, b), b, grads)
+    for name in got:
+        torch.testing.assert_close(got[name], want[name], rtol=2e-6, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("base_name", BASES)
+def test_foreach_path_equals_loop_fallback(base_name):
+    grads = gradients(torch.float32)
+    a, b = make_params(torch.float32), make_params(torch.float32)
+    got = run(DATE(build(base_name, a), foreach=True), a, grads)
+    want = run(DATE(build(base_name, b), foreach=False), b, grads)
+    for name in got:  # equal up to float32 rounding: the two paths add terms in another order
+        torch.testing.assert_close(got[name], want[name], rtol=2e-6, atol=1e-6, msg=name)
+
+
+def test_exclude_by_name_and_by_group():
+    params = make_params()
+    names = [n for n, *_ in LAYOUT]
+    base = torch.optim.SGD([{"params": [(n, params[n]) for n in names if n != "w3"]},
+                            {"params": [("w3", params["w3"])], "layer_ratio": False}], lr=0.1)
+    opt = DATE(base, exclude=lambda name, p: name == "w2")
+    run(opt, params, gradients()[:1])
+    assert opt.last_ratios.numel() == 2  # w1 and zero_w; w2 by name, w3 by its group
+
+
+def test_unknown_base_needs_a_placement():
+    p = torch.nn.Parameter(torch.randn(3, 3))
+    with pytest.raises(ValueError, match="placement="):
+        DATE(torch.optim.Rprop([p]))
+    DATE(torch.optim.Rprop([p]), placement="update")
+
+
+# ------------------------------------------------------------- behaving as a torch optimizer
+
+
+def tiny_model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(5, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+
+
+def batches(n=8, seed=3):
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randn(32, 5, generator=gen), torch.randint(0, 3, (32,), generator=gen)) for _ in range(n)]
+
+
+def train(model, opt, data, sched=None, scaler=None):
+    for x, y in data:
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        if sched is not None:
+            sched.step()
+
+
+def make(base_cls, model, **kw):
+    return DATE(base_cls(model.parameters(), lr=0.05, **kw))
+
+
+@pytest.mark.parametrize("base_cls, kw", [(torch.optim.SGD, dict(momentum=0.9, weight_decay=1e-4)),
+                                          (torch.optim.Adam, dict(weight_decay=1e-4))],
+                         ids=["momentum", "adam"])
+def test_resume_from_state_dict_reproduces_the_trajectory(base_cls, kw):
+    data = batches(8)
+    model = tiny_model()
+    opt = make(base_cls, model, **kw)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+    train(model, opt, data[:4], sched)
+    saved = copy.deepcopy({"model": model.state_dict(), "opt": opt.state_dict(),
+                           "sched": sched.state_dict()})
+    train(model, opt, data[4:], sched)
+
+    # a fresh process: build model, optimizer and scheduler as at the start, then load all three
+    fresh = tiny_model(seed=99)
+    opt2 = make(base_cls, fresh, **kw)
+    sched2 = torch.optim.lr_scheduler.LambdaLR(opt2, lambda s: 1.0 / (1 + s))
+    fresh.load_state_dict(saved["model"])
+    opt2.load_state_dict(saved["opt"])
+    sched2.load_state_dict(saved["sched"])
+    assert opt2.steps == 4 and torch.equal(opt2.last_ratios, saved["opt"]["date"]["last_ratios"])
+    train(fresh, opt2, data[4:], sched2)
+
+    for a, b in zip(model.parameters(), fresh.parameters()):
+        assert torch.equal(a, b)
+    assert opt2.steps == opt.steps == 8
+
+
+def test_scheduler_reaches_the_base_after_a_load():
+    model = tiny_model()
+    opt = make(torch.optim.SGD, model, momentum=0.9)
+    train(model, opt, batches(2))
+    opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # replaces the base's group dicts
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.1)
+    train(model, opt, batches(1), sched)
+    assert opt.base.param_groups[0]["lr"] == pytest.approx(0.005)
+    assert opt.param_groups is opt.base.param_groups and opt.state is opt.base.state
+
+
+def test_loads_a_plain_base_state_dict():
+    model = tiny_model()
+    base = torch.optim.Adam(model.parameters(), lr=0.05)
+    train(model, base, batches(2))
+    opt = make(torch.optim.Adam, model)
+    opt.load_state_dict(base.state_dict())
+    assert opt.steps == 0 and len(opt.state) == len(base.state)
+
+
+@pytest.mark.parametrize("base_cls", [torch.optim.SGD, torch.optim.Adam], ids=["sgd", "adam"])
+def test_grad_scaler_ratios_see_unscaled_gradients(base_cls):
+    data = batches(4)
+    a, b = tiny_model(), tiny_model()
+    opt_a, opt_b = make(base_cls, a), make(base_cls, b)
+    train(a, opt_a, data)
+    train(b, opt_b, data, scaler=torch.amp.GradScaler("cpu", init_scale=2.0**12))
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(opt_a.last_ratios, opt_b.last_ratios)
+
+
+@pytest.mark.parametrize("base_cls", [torch.optim.SGD, torch.optim.Adam], ids=["sgd", "adam"])
+def test_grad_scaler_overflow_step_changes_nothing(base_cls):
+    model = tiny_model()
+    opt = make(base_cls, model, **({"momentum": 0.9} if base_cls is torch.optim.SGD else {}))
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
+    train(model, opt, batches(2), scaler=scaler)
+    params = [p.detach().clone() for p in model.parameters()]
+    state = copy.deepcopy(opt.state_dict())
+
+    x, y = batches(1)[0]
+    opt.zero_grad()
+    scaler.scale(torch.nn.functional.cross_entropy(model(x), y)).backward()
+    next(model.parameters()).grad[0, 0] = float("inf")
+    scaler.step(opt)
+    scaler.update()
+
+    assert all(torch.equal(p, q) for p, q in zip(params, model.parameters()))
+    assert opt.steps == 2
+    after = opt.state_dict()
+    for k, s in state["state"].items():
+        for key, value in s.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(after["state"][k][key]))
+    assert scaler.get_scale() == 2.0**11
+
+
+def test_step_hooks_and_closure():
+    model = tiny_model()
+    opt = make(torch.optim.SGD, model)
+    calls = []
+    opt.register_step_post_hook(lambda o, args, kwargs: calls.append(o.steps))
+    x, y = batches(1)[0]
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+
+    loss = opt.step(closure)
+    assert loss is not None and calls == [1]
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.parametrize("base_name", BASES)
+def test_step_never_synchronises_with_the_host(monkeypatch, base_name, mode):
+    """No .item(), .tolist() or Python branch on a tensor value inside step()."""
+    params = make_params(torch.float32)
+    opt = DATE(build(base_name, params), mode=mode)
+    grads = gradients(torch.float32)
+    run(opt, params, grads[:1])  # state creation may inspect values; steady state may not
+
+    inside_base = []  # the base's own step is torch's business (on the CPU it reads its step count)
+    base_step = opt.base.step
+
+    def guarded_base_step(*args, **kwargs):
+        inside_base.append(True)
+        try:
+            return base_step(*args, **kwargs)
+        finally:
+            inside_base.pop()
+
+    monkeypatch.setattr(opt.base, "step", guarded_base_step)
+    for method in ("item", "tolist", "__bool__", "__float__", "__int__"):
+        original = getattr(torch.Tensor, method)
+
+        def refuse(*args, _original=original, **kwargs):
+            if not inside_base:
+                raise AssertionError("host synchronisation inside DATE.step()")
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, method, refuse)
+    run(opt, params, grads[1:3])
