@@ -59,7 +59,7 @@ _OPTIMIZER_DEFAULTS: dict[str, dict[str, Any]] = {
 
 # Defaults of the per-layer ratio rules (paper §3.5; see spec/DATE.md §3). The optimizer reads
 # these too, so there is one place to change them.
-DEFAULT_GAMMA = 2.0
+DEFAULT_GAMMA = 8.0  # chosen by experiment: docs/layer_ratios.md
 DEFAULT_TRUST_COEFFICIENT = 1e-3
 DEFAULT_LOWER = 0.0
 DEFAULT_UPPER = 10.0

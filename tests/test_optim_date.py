@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from date_engine.optim import DATE
+from date_engine.spec import DEFAULT_GAMMA, DEFAULT_LOWER, DEFAULT_TRUST_COEFFICIENT, DEFAULT_UPPER
 
 STEPS = 10
 BASES = {
@@ -76,7 +77,8 @@ def run(opt, params, grads):
 # --------------------------------------------------------------------- the float64 reference
 
 
-def reference_ratios(params, grads, mode, gamma=2.0, trust_coefficient=1e-3, lower=0.0, upper=10.0):
+def reference_ratios(params, grads, mode, gamma=DEFAULT_GAMMA, trust_coefficient=DEFAULT_TRUST_COEFFICIENT,
+                     lower=DEFAULT_LOWER, upper=DEFAULT_UPPER):
     """r_l per spec §3, one parameter at a time, in Python floats."""
     rho, valid = {}, {}
     for name, shape, *_ in LAYOUT:
@@ -154,7 +156,7 @@ def test_ratios_actually_bind(base_name):
     run(opt, params, grads[:1])
     r = opt.last_ratios
     assert r.numel() == 4  # w1, zero_w, w2, w3 — the tensors with ndim > 1 and a gradient
-    assert (r == 2.0).any() and (r == 0.5).any(), r  # both bounds of gamma = 2 bind
+    assert (r == DEFAULT_GAMMA).any() and (r == 1 / DEFAULT_GAMMA).any(), r  # both bounds bind
     assert (r == 1.0).any(), r  # zero_w: ||w|| = 0 at the first step
 
 
@@ -371,3 +373,13 @@ def test_step_never_synchronises_with_the_host(monkeypatch, base_name, mode):
 
         monkeypatch.setattr(torch.Tensor, method, refuse)
     run(opt, params, grads[1:3])
+
+
+def test_deepcopy_keeps_working():
+    model = tiny_model()
+    opt = make(torch.optim.Adam, model)
+    train(model, opt, batches(2))
+    clone = copy.deepcopy(opt)
+    assert clone.steps == 2 and clone.base is not opt.base
+    train(model, clone, batches(1))
+    assert clone.steps == 3

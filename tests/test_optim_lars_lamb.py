@@ -87,3 +87,14 @@ def test_lamb_group_without_layer_ratio_is_adam_with_l2():
         lamb.step()
         adam.step()
     torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["lars", "lamb"])
+def test_deepcopy_keeps_working(case):
+    cls, _, opts0, opts1 = CASES[case]
+    params = make_params(torch.float32)
+    opt = build(cls, params, opts0, opts1)
+    run(opt, params, gradients(torch.float32)[:2])
+    clone = copy.deepcopy(opt)
+    assert clone.state_dict()["state"].keys() == opt.state_dict()["state"].keys()
+    run(clone, params, gradients(torch.float32)[2:3])

@@ -26,7 +26,13 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from date_engine.optim._tensors import group_by_device_and_dtype, like, norms, scalars
+from date_engine.optim._tensors import (
+    decay_add_,
+    group_by_device_and_dtype,
+    like,
+    norms,
+    scalars,
+)
 from date_engine.optim.ratios import Mode, RatioRule, layer_ratios
 from date_engine.spec import DEFAULT_GAMMA, DEFAULT_LOWER, DEFAULT_TRUST_COEFFICIENT, DEFAULT_UPPER
 
@@ -128,10 +134,11 @@ class DATE(Optimizer):
         self.base.defaults = value
 
     def __getstate__(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "_before"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._before = {}
         self._patch_step_function()
 
     def __repr__(self) -> str:
@@ -288,8 +295,7 @@ def _sgd_update(params: list[Tensor], r: Tensor, state, group: dict[str, Any], f
             return
         bufs = [state[p].get("momentum_buffer") for p in params]
         if all(b is not None for b in bufs):
-            torch._foreach_mul_(bufs, mu)
-            torch._foreach_addcmul_(bufs, grads, scalars((1 - tau) * r))
+            decay_add_(bufs, grads, mu, (1 - tau) * r)
         else:
             for i, (p, g, rr) in enumerate(zip(params, grads, r.unbind(0))):
                 if bufs[i] is None:

@@ -43,6 +43,16 @@ class LAMB(Optimizer):
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                         phi_bounds=phi_bounds, layer_ratio=True)
         super().__init__(params, defaults)
+        self._u: dict[Tensor, Tensor] = {}  # the update u, one buffer per parameter, reused
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._u = {}
+
+    def _scratch(self, p: Tensor) -> Tensor:
+        if p not in self._u:
+            self._u[p] = torch.empty_like(p)
+        return self._u[p]
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[override]
@@ -80,10 +90,12 @@ class LAMB(Optimizer):
         # passes work on u' = u/c and c is folded into the final scale.
         sqrt_b2 = math.sqrt(1 - beta2**t)
         c = sqrt_b2 / (1 - beta1**t)
-        u = torch._foreach_sqrt(v)
+        u = [self._scratch(p) for p in params]  # reused, so no step allocates 4 bytes a value
+        torch._foreach_copy_(u, v)
+        torch._foreach_sqrt_(u)
         torch._foreach_add_(u, eps * sqrt_b2)
+        torch._foreach_div_(u, m)  # u = denominator / m, so its reciprocal is m / denominator
         torch._foreach_reciprocal_(u)
-        torch._foreach_mul_(u, m)
         if wd != 0:
             torch._foreach_add_(u, params, alpha=wd / c)
         if group["layer_ratio"]:

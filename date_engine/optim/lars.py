@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from date_engine.optim._tensors import group_by_device_and_dtype, like, norms, scalars
+from date_engine.optim._tensors import decay_add_, group_by_device_and_dtype, like, norms, scalars
 from date_engine.optim.ratios import trust_ratio
 
 __all__ = ["LARS"]
@@ -68,8 +68,7 @@ class LARS(Optimizer):
             if "momentum_buffer" not in state:
                 state["momentum_buffer"] = torch.zeros_like(p)
             bufs.append(state["momentum_buffer"])
-        torch._foreach_mul_(bufs, beta)
-        torch._foreach_addcmul_(bufs, grads, scalars(step))
+        decay_add_(bufs, grads, beta, step)
         if wd != 0:
             torch._foreach_addcmul_(bufs, params, scalars(step * wd))
         torch._foreach_sub_(params, bufs)

@@ -1,0 +1,1 @@
+"""Models of the paper's applications, in plain torch (no torchvision)."""

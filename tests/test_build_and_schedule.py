@@ -1,0 +1,83 @@
+"""From spec to optimizer and schedule: the objects the trainer and users' loops get."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from date_engine import derive_plan
+from date_engine.optim import DATE
+from date_engine.optim.build import build_base_optimizer, build_optimizer
+from date_engine.schedule import plan_scheduler
+from date_engine.spec import LayerRatioSpec, OptimizerSpec
+from tests.conftest import lenet_spec
+
+
+@pytest.mark.parametrize(
+    "spec, cls, expected",
+    [
+        (OptimizerSpec(name="sgd"), torch.optim.SGD, {"momentum": 0, "nesterov": False}),
+        (OptimizerSpec(name="momentum", weight_decay=5e-5), torch.optim.SGD,
+         {"momentum": 0.9, "weight_decay": 5e-5}),
+        (OptimizerSpec(name="nesterov", momentum=0.8), torch.optim.SGD, {"momentum": 0.8, "nesterov": True}),
+        (OptimizerSpec(name="adagrad"), torch.optim.Adagrad, {"eps": 1e-10}),
+        (OptimizerSpec(name="rmsprop", alpha=0.9), torch.optim.RMSprop, {"alpha": 0.9, "eps": 1e-8}),
+        (OptimizerSpec(name="adam", betas=(0.8, 0.9)), torch.optim.Adam, {"betas": (0.8, 0.9)}),
+        (OptimizerSpec(name="adamw"), torch.optim.AdamW, {"weight_decay": 1e-2}),
+    ],
+    ids=lambda v: getattr(v, "name", None) if isinstance(v, OptimizerSpec) else "",
+)
+def test_base_optimizer_from_spec(spec, cls, expected):
+    opt = build_base_optimizer([torch.nn.Parameter(torch.zeros(2, 2))], spec, lr=0.5)
+    assert type(opt) is cls
+    group = opt.param_groups[0]
+    assert group["lr"] == 0.5
+    for key, value in expected.items():
+        assert group[key] == value, key
+
+
+def test_date_over_the_base_with_the_spec_rule():
+    model = torch.nn.Linear(3, 2)
+    opt = build_optimizer(model.named_parameters(), OptimizerSpec(name="adam"),
+                          LayerRatioSpec(mode="static", trust_coefficient=0.5, upper=2.0), lr=0.1)
+    assert isinstance(opt, DATE) and isinstance(opt.base, torch.optim.Adam)
+    assert (opt.rule.mode, opt.rule.trust_coefficient, opt.rule.lower, opt.rule.upper) == (
+        "static", 0.5, 0.0, 2.0)
+    assert opt.param_groups[0]["param_names"] == ["weight", "bias"]
+    default = build_optimizer(model.parameters(), OptimizerSpec(), LayerRatioSpec(), lr=0.1)
+    assert default.rule.mode == "dynamic" and default.rule.gamma == LayerRatioSpec().resolved_gamma
+
+
+def test_scheduler_gives_every_optimizer_step_the_plan_lr():
+    plan = derive_plan(lenet_spec(), 8192)
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=plan.peak_lr)
+    sched = plan_scheduler(opt, plan)
+    used = []
+    for _ in range(plan.total_iterations):
+        used.append(opt.param_groups[0]["lr"])  # the LR this optimizer step runs at
+        opt.step()
+        sched.step()
+    assert used == pytest.approx(plan.lrs(), rel=1e-12)
+
+
+def test_scheduler_state_round_trips_through_torch_save():
+    plan = derive_plan(lenet_spec(), 8192)
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=plan.peak_lr)
+    sched = plan_scheduler(opt, plan)
+    for _ in range(50):
+        opt.step()
+        sched.step()
+    buffer = io.BytesIO()
+    torch.save(sched.state_dict(), buffer)
+    buffer.seek(0)
+
+    opt2 = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=plan.peak_lr)
+    sched2 = plan_scheduler(opt2, plan)
+    sched2.load_state_dict(torch.load(buffer, weights_only=False))
+    opt2.step()
+    sched2.step()
+    assert opt2.param_groups[0]["lr"] == pytest.approx(plan.lr(52))
