@@ -37,7 +37,7 @@ class ReferenceLARS(Optimizer):
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = torch.zeros_like(p)
                 buf = state["momentum_buffer"]
-                buf.mul_(beta).add_(p.grad + wd * p, alpha=lr * ratio)
+                buf.mul_(beta).add_(p.grad.add(p, alpha=wd), alpha=lr * ratio)
                 p.sub_(buf)
 
 
@@ -62,7 +62,8 @@ class ReferenceLAMB(Optimizer):
                 v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
                 m_hat = m / (1 - beta1**t)
                 v_hat = v / (1 - beta2**t)
-                update = m_hat / (v_hat.sqrt() + eps) + wd * p
+                update = m_hat / (v_hat.sqrt() + eps)
+                update.add_(p, alpha=wd)
                 w_norm, u_norm = p.norm().item(), update.norm().item()
                 ratio = _clip(w_norm, group["phi_bounds"]) / u_norm if w_norm > 0 and u_norm > 0 else 1.0
                 p.sub_(update, alpha=group["lr"] * ratio)
