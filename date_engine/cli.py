@@ -70,7 +70,7 @@ def plan_command(
 ) -> None:
     """Show every number DATE derives for BATCH, with its formula, before any training."""
     with user_errors():
-        spec = load_spec(spec_path, overrides or ())
+        spec = _with_recipe_dataset_size(load_spec(spec_path, overrides or ()))
         plan = derive_plan(spec, batch, world_size=nproc, micro_batch=micro_batch)
         other = _goyal_plan(spec, batch, nproc, micro_batch) if compare else None
         if plot is not None:
@@ -85,6 +85,21 @@ def plan_command(
             _print_plan(spec_path, spec, plan, other)
         if plot is not None:
             Console(stderr=True).print(f"LR curve written to {plot}")
+
+
+def _with_recipe_dataset_size(spec: Spec) -> Spec:
+    """Fill baseline.dataset_size from the spec's recipe when the spec leaves it out."""
+    if spec.baseline.dataset_size is not None or spec.recipe is None:
+        return spec
+    from date_engine.recipes import get_recipe
+
+    try:
+        n = get_recipe(spec.recipe).dataset_size
+    except DateError:  # `date plan` needs no recipe; derive_plan says what is missing
+        return spec
+    if n is None:
+        return spec
+    return spec.model_copy(update={"baseline": spec.baseline.model_copy(update={"dataset_size": n})})
 
 
 def _goyal_plan(spec: Spec, batch: int, nproc: int, micro_batch: int | None) -> Plan:
@@ -115,6 +130,107 @@ def _print_plan(path: Path, spec: Spec, plan: Plan, other: Plan | None) -> None:
     if other is not None:
         console.print()
         console.print(render_comparison(plan, other, chart_width=width))
+
+
+@app.command("scale")
+def scale_command(
+    spec_path: SpecArg,
+    batch: BatchOpt,
+    nproc: NprocOpt = 1,
+    micro_batch: MicroOpt = None,
+    overrides: SetOpt = None,
+    output_dir: Annotated[Optional[Path], typer.Option(
+        "--output-dir", "-o", help="Run folder (default: train.output_dir, else runs/<recipe>-B<batch>).",
+        show_default=False)] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest valid checkpoint.")] = False,
+    force_replan: Annotated[bool, typer.Option(
+        "--force-replan", help="Resume a checkpoint written for another plan (batch, processes, spec).")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Validate everything, then 2 tiny steps on the CPU in a temporary folder.")] = False,
+    max_steps: Annotated[Optional[int], typer.Option(
+        "--max-steps", help="Stop after this optimizer step (checkpointed; the schedule is unchanged).",
+        min=1, show_default=False)] = None,
+    precision: Annotated[Optional[str], typer.Option(
+        "--precision", help="fp32 | bf16 | fp16 (CUDA only; default: train.precision).",
+        show_default=False)] = None,
+    compile: Annotated[bool, typer.Option("--compile", help="torch.compile the model (CUDA only).")] = False,
+    recipe: Annotated[Optional[str], typer.Option(
+        "--recipe", help="Recipe name or package.module:function (default: the spec's).",
+        show_default=False)] = None,
+    backend: Annotated[Optional[str], typer.Option(
+        "--backend", help="Process-group backend (default: nccl on CUDA, gloo on CPU).",
+        show_default=False)] = None,
+    nnodes: Annotated[int, typer.Option("--nnodes", help="Nodes in the job.", min=1)] = 1,
+    node_rank: Annotated[Optional[int], typer.Option(
+        "--node-rank", help="This node's rank (static rendezvous at --master-addr).",
+        show_default=False)] = None,
+    rdzv_endpoint: Annotated[Optional[str], typer.Option(
+        "--rdzv-endpoint", help="host:port of the c10d rendezvous (multi-node).", show_default=False)] = None,
+    rdzv_id: Annotated[str, typer.Option("--rdzv-id", help="Job id shared by all nodes.")] = "date-engine",
+    master_addr: Annotated[Optional[str], typer.Option("--master-addr", show_default=False,
+                                                       help="Static rendezvous host.")] = None,
+    master_port: Annotated[Optional[int], typer.Option("--master-port", show_default=False,
+                                                       help="Static rendezvous port.")] = None,
+    max_restarts: Annotated[int, typer.Option(
+        "--max-restarts", help="Restart failed workers this often (they resume from the newest checkpoint).",
+        min=0)] = 0,
+) -> None:
+    """Train the spec's recipe at BATCH with the DATE plan: one process, several, or several nodes."""
+    with user_errors():
+        from date_engine.recipes import get_recipe
+
+        spec = load_spec(spec_path, overrides or ())
+        recipe_ref = recipe or spec.recipe
+        if recipe_ref is None:
+            raise DateError(f"{spec_path}: no recipe to train; add 'recipe: <name>' to the spec or "
+                            "pass --recipe (see `date recipes`).")
+        found = get_recipe(recipe_ref)
+        if precision is not None and precision not in ("fp32", "bf16", "fp16"):
+            raise DateError(f"--precision must be fp32, bf16 or fp16, got {precision!r}.")
+        world = nproc * nnodes
+        run_dir = output_dir or Path(spec.train.output_dir or f"runs/{found.name}-B{batch}")
+        rerun = " ".join(a for a in ["date", "scale", *sys.argv[2:]] if a != "--resume") \
+            if sys.argv[1:2] == ["scale"] else ""
+        from date_engine.train.config import RunConfig
+
+        config = RunConfig(
+            spec=spec.model_dump(mode="json", exclude_none=True), spec_path=str(spec_path), recipe=recipe_ref,
+            batch=batch, world_size=world, micro_batch=micro_batch, output_dir=str(run_dir),
+            resume=resume, force_replan=force_replan, dry_run=dry_run, max_steps=max_steps,
+            precision=precision or spec.train.precision, compile=compile, backend=backend,
+            rerun_command=rerun)
+        if spec.baseline.dataset_size or found.dataset_size:  # fail before starting any process
+            from date_engine.train.trainer import plan_for
+
+            plan_for(config, spec, found)
+        from date_engine.train.launch import LaunchOptions, launch
+
+        options = LaunchOptions(nproc=nproc, nnodes=nnodes, node_rank=node_rank,
+                                rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id,
+                                master_addr=master_addr, master_port=master_port,
+                                max_restarts=max_restarts if not dry_run else 0)
+    code = launch(config, options)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command("recipes")
+def recipes_command() -> None:
+    """List the registered recipes: model, data set, parameters, training samples, metric."""
+    with user_errors():
+        from rich.table import Table
+
+        from date_engine.recipes import list_recipes
+
+        table = Table(title="Recipes", title_justify="left")
+        for col in ("name", "model", "data set", "parameters", "samples", "metric"):
+            table.add_column(col)
+        for r in list_recipes():
+            params = sum(p.numel() for p in r.build_model().parameters())
+            table.add_row(r.name, r.model_name, r.dataset_name, f"{params:,}",
+                          f"{r.dataset_size:,}" if r.dataset_size else "from the data",
+                          f"{r.metric_name} ({'higher' if r.higher_is_better else 'lower'} is better)")
+        Console().print(table)
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ import torch
 
 from date_engine.plan import Plan
 
-__all__ = ["PlanMultiplier", "plan_scheduler"]
+__all__ = ["PlanMultiplier", "plan_scheduler", "set_lr"]
 
 
 @dataclass
@@ -29,3 +29,17 @@ class PlanMultiplier:
 def plan_scheduler(optimizer: torch.optim.Optimizer, plan: Plan) -> torch.optim.lr_scheduler.LambdaLR:
     """A scheduler that sets each group's LR to ``initial_lr · lr(step) / η`` before every step."""
     return torch.optim.lr_scheduler.LambdaLR(optimizer, PlanMultiplier(plan))
+
+
+def set_lr(optimizer: torch.optim.Optimizer, plan: Plan, step: int) -> float:
+    """Set every group's LR for optimizer step ``step`` (1-based) and return lr(step).
+
+    A group keeps its proportion to the plan's peak: the LR it was built with is remembered as
+    ``initial_lr`` (the key torch's schedulers use) and scaled by lr(step) / η. Being a function of
+    the step alone, it needs no state of its own in a checkpoint.
+    """
+    lr = plan.lr(step)
+    for group in optimizer.param_groups:
+        initial = group.setdefault("initial_lr", group["lr"])
+        group["lr"] = initial * lr / plan.peak_lr
+    return lr

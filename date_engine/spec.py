@@ -109,7 +109,8 @@ class OptimizerSpec(_Section):
     @model_validator(mode="after")
     def _options_belong_to_optimizer(self) -> OptimizerSpec:
         allowed = _OPTIMIZER_DEFAULTS[self.name]
-        stray = sorted(f for f in self.model_fields_set if f != "name" and f not in allowed)
+        stray = sorted(f for f in self.model_fields_set
+                       if f != "name" and f not in allowed and getattr(self, f) is not None)
         if stray:
             raise ValueError(
                 f"'{stray[0]}' is not an option of the {self.name} optimizer; remove it "
@@ -128,7 +129,8 @@ class OptimizerSpec(_Section):
         """Every option of this optimizer, the spec's value where given, else torch's default."""
         resolved = dict(_OPTIMIZER_DEFAULTS[self.name])
         for field in self.model_fields_set & resolved.keys():
-            resolved[field] = getattr(self, field)
+            if getattr(self, field) is not None:
+                resolved[field] = getattr(self, field)
         return resolved
 
 
@@ -151,7 +153,8 @@ class LayerRatioSpec(_Section):
     @model_validator(mode="after")
     def _options_belong_to_mode(self) -> LayerRatioSpec:
         allowed = _LAYER_RATIO_OPTIONS[self.mode]
-        stray = sorted(f for f in self.model_fields_set if f != "mode" and f not in allowed)
+        stray = sorted(f for f in self.model_fields_set
+                       if f != "mode" and f not in allowed and getattr(self, f) is not None)
         if stray:
             owner = next(m for m, opts in _LAYER_RATIO_OPTIONS.items() if stray[0] in opts)
             raise ValueError(
@@ -226,16 +229,35 @@ class DateSpec(_Section):
 
 
 class TrainSpec(_Section):
-    """Settings of the bundled trainer. None of them changes the plan's schedule."""
+    """Settings of the bundled trainer (``date scale``). None of them changes the plan's schedule."""
 
     micro_batch: PositiveInt | None = None
-    """Samples per process per forward/backward pass; the rest of the batch is accumulation."""
+    """Samples per process per forward/backward pass; the rest of the batch is accumulation.
+    Default: the recipe's, capped at each process's share of the batch."""
     seed: int = 0
-    """Seed for model initialisation and data order."""
+    """Seed for model initialisation, data order and every process's random state."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    """Compute precision (bf16 and fp16 on CUDA only)."""
+    """Compute precision (bf16 and fp16 on CUDA only; fp16 runs with a GradScaler)."""
     output_dir: str | None = None
-    """Where runs write checkpoints, metrics and reports."""
+    """Where runs write checkpoints, metrics and reports (default: runs/<recipe>-B<batch>)."""
+    data_dir: str | None = None
+    """Where the recipe's data set lies on disk (recipes that read files)."""
+    checkpoint_every: PositiveInt | None = None
+    """Optimizer steps between checkpoints. Default: by time, see ``checkpoint_minutes``. One is
+    always written at the end and when the run is stopped."""
+    checkpoint_minutes: float = Field(default=10.0, gt=0.0)
+    """Without ``checkpoint_every``: write a checkpoint once this many minutes have passed since
+    the last one (the processes agree on the step)."""
+    keep_checkpoints: PositiveInt = 2
+    """How many of the newest checkpoints to keep."""
+    log_every: PositiveInt = 10
+    """Optimizer steps between lines of metrics.jsonl."""
+    eval_every: PositiveInt | None = None
+    """Optimizer steps between evaluations (default: only at the end)."""
+    grad_clip: float | None = Field(default=None, gt=0.0)
+    """Clip the global gradient norm to this value before each step (None: no clipping)."""
+    num_workers: int = Field(default=0, ge=0)
+    """DataLoader worker processes per training process."""
 
 
 class Spec(_Section):
@@ -251,9 +273,20 @@ class Spec(_Section):
     """How the bundled trainer runs it."""
 
     def fingerprint(self) -> str:
-        """A short, stable hash of every setting, for telling runs and checkpoints apart."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """A short, stable hash of every setting that changes what training computes.
+
+        Where a run writes, logs and checkpoints (and how many loader workers it uses) is left
+        out, so a run can be resumed with other such settings.
+        """
+        data = self.model_dump(mode="json")
+        for key in _NOT_FINGERPRINTED:
+            data["train"].pop(key, None)
+        canonical = json.dumps(data, sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+_NOT_FINGERPRINTED = ("output_dir", "data_dir", "checkpoint_every", "checkpoint_minutes",
+                      "keep_checkpoints", "log_every", "eval_every", "num_workers")
 
 
 # --------------------------------------------------------------------------------------------

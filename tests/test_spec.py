@@ -21,7 +21,8 @@ def test_shipped_recipe_validates_and_plans_its_own_command(path):
     spec = load_spec(path)
     assert spec.recipe == path.stem
     first = path.read_text().splitlines()[0]
-    assert first.startswith(f"# date plan recipes/{path.name} --batch "), "opens with its command"
+    assert first.startswith((f"# date plan recipes/{path.name} --batch ",
+                             f"# date scale recipes/{path.name} --batch ")), "opens with its command"
     batch = int(first.rsplit(" ", 1)[1])
     plan = derive_plan(spec, batch)
     assert plan.scale > 1 and plan.warmup_epochs < plan.total_epochs

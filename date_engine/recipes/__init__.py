@@ -1,0 +1,149 @@
+"""Recipes: a model, its data and its metric, registered by name. The trainer never changes per recipe.
+
+A recipe is a :class:`Recipe` record. Its builders import torch when called, so that listing and
+looking up recipes (``date plan`` reads ``dataset_size`` from here) stays free of torch.
+
+Three ways in:
+
+- ``@register_recipe`` on a function that returns a :class:`Recipe` (the built-ins do this);
+- the entry-point group ``date_engine.recipes`` of an installed package, naming such a function;
+- ``--recipe package.module:function`` on the command line, or ``recipe: package.module:function``
+  in a spec.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any
+
+from date_engine.errors import DateError
+
+__all__ = ["Recipe", "RecipeData", "DataOptions", "get_recipe", "list_recipes", "register_recipe"]
+
+ENTRY_POINT_GROUP = "date_engine.recipes"
+_BUILTIN_MODULES = ("date_engine.recipes.digits",)
+
+
+@dataclass(frozen=True)
+class DataOptions:
+    """What a recipe's data builder may need to know."""
+
+    data_dir: str | None = None
+    """Where the data set lies on disk (recipes that read files)."""
+    seed: int = 0
+    synthetic: bool = False
+    """Build generated samples of the right shapes instead of reading data (for dry runs)."""
+
+
+@dataclass
+class RecipeData:
+    """A recipe's data: map-style datasets and how to batch them."""
+
+    train: Any
+    """Training set: ``len()`` and indexing (``__getitems__`` for fast batching is honoured)."""
+    eval: Any | None
+    """Evaluation set, or None."""
+    collate: Callable[[Any], Any] | None = None
+    """DataLoader collate function (None: torch's default)."""
+    note: str = ""
+    """Shown to the user, e.g. that generated samples stand in for missing files."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything the trainer needs to know about one application."""
+
+    name: str
+    model_name: str
+    """What the model is, in words."""
+    dataset_name: str
+    """What the data is, in words."""
+    metric_name: str
+    """Name of the evaluation metric, e.g. ``accuracy`` or ``perplexity``."""
+    higher_is_better: bool
+    default_micro_batch: int
+    """Per-process micro-batch when neither the spec nor the command line sets one."""
+    dataset_size: int | None
+    """Training samples per epoch, when known without reading the data."""
+    build_model: Callable[[], Any]
+    """Returns a fresh ``torch.nn.Module`` (after the trainer has seeded torch)."""
+    build_data: Callable[[DataOptions], RecipeData]
+    loss: Callable[[Any, Any], Any]
+    """``loss(model, batch)``: the mean loss over the micro-batch, a scalar tensor."""
+    evaluate: Callable[[Any, Any], dict[str, Any]]
+    """``evaluate(model, batch)``: summable statistics of one eval batch (tensors or numbers)."""
+    metric: Callable[[dict[str, float]], float]
+    """The metric from statistics summed over the whole eval set."""
+    description: str = ""
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+_REGISTRY: dict[str, Callable[[], Recipe]] = {}
+
+
+def register_recipe(name: str) -> Callable[[Callable[[], Recipe]], Callable[[], Recipe]]:
+    """Register ``fn`` (no arguments, returns a :class:`Recipe`) under ``name``."""
+
+    def decorate(fn: Callable[[], Recipe]) -> Callable[[], Recipe]:
+        _REGISTRY[name] = fn
+        return fn
+
+    return decorate
+
+
+def list_recipes() -> list[Recipe]:
+    """Every recipe: the built-ins and those of installed packages, sorted by name."""
+    _load_builtins()
+    names = set(_REGISTRY)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        names.add(ep.name)
+    return [get_recipe(name) for name in sorted(names)]
+
+
+def get_recipe(name: str) -> Recipe:
+    """The recipe registered as ``name``, or built by ``name`` = ``package.module:function``."""
+    if ":" in name:
+        return _from_reference(name)
+    _load_builtins()
+    if name in _REGISTRY:
+        return _checked(_REGISTRY[name](), name)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            return _checked(_call(ep.load(), name), name)
+    known = sorted(_REGISTRY) + sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+    raise DateError(
+        f"unknown recipe '{name}'; known recipes: {', '.join(known)} (or give "
+        "package.module:function); `date recipes` lists them."
+    )
+
+
+def _load_builtins() -> None:
+    for module in _BUILTIN_MODULES:
+        importlib.import_module(module)
+
+
+def _from_reference(reference: str) -> Recipe:
+    module_name, _, attr = reference.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        target = getattr(module, attr)
+    except (ImportError, AttributeError) as exc:
+        raise DateError(
+            f"recipe '{reference}': cannot load {attr!r} from module {module_name!r} ({exc}); "
+            "check that the module is importable (on PYTHONPATH) and defines it."
+        ) from None
+    return _checked(_call(target, reference), reference)
+
+
+def _call(target: Any, name: str) -> Recipe:
+    return target if isinstance(target, Recipe) else target()
+
+
+def _checked(recipe: Any, name: str) -> Recipe:
+    if not isinstance(recipe, Recipe):
+        raise DateError(f"recipe '{name}' did not produce a date_engine.recipes.Recipe "
+                        f"(got {type(recipe).__name__}).")
+    return recipe

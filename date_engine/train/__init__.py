@@ -1,0 +1,1 @@
+"""The bundled trainer behind ``date scale``: launch, runtime, sampling, checkpoints, the loop."""

@@ -1,0 +1,51 @@
+"""What one ``date scale`` run was asked to do, as every training process receives it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RunConfig"]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The resolved command line: the spec (overrides applied) and the run's options.
+
+    Written to ``<output_dir>/config.json``; a torchrun worker reads it back from there.
+    """
+
+    spec: dict[str, Any]
+    """The validated spec, as a plain mapping."""
+    spec_path: str
+    recipe: str
+    """Registered recipe name, or package.module:function."""
+    batch: int
+    world_size: int
+    """Processes in the whole job (nodes × processes per node)."""
+    micro_batch: int | None
+    output_dir: str
+    resume: bool = False
+    force_replan: bool = False
+    dry_run: bool = False
+    max_steps: int | None = None
+    precision: str = "fp32"
+    compile: bool = False
+    backend: str | None = None
+    rerun_command: str = ""
+    """How the user started the run, for the messages that tell how to resume it."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, default=str)
+
+    def write(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_json())
+        return path
+
+    @classmethod
+    def read(cls, path: str | Path) -> RunConfig:
+        return cls(**json.loads(Path(path).read_text()))

@@ -1,0 +1,95 @@
+"""Start a ``date scale`` job: in this process, inside a job torchrun or Slurm already started, or
+as workers of torch's elastic agent (``torch.distributed.run``, the code behind ``torchrun``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from date_engine.train.config import RunConfig
+from date_engine.train.runtime import job_environment
+
+__all__ = ["LaunchOptions", "launch", "torchrun_arguments"]
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """How many processes, on how many nodes, meeting where, restarted how often."""
+
+    nproc: int = 1
+    """Processes per node."""
+    nnodes: int = 1
+    node_rank: int | None = None
+    """This node's rank, with a static rendezvous at --master-addr (default: c10d rendezvous)."""
+    rdzv_endpoint: str | None = None
+    """host:port of the c10d rendezvous (multi-node)."""
+    rdzv_id: str = "date-engine"
+    rdzv_backend: str = "c10d"
+    master_addr: str | None = None
+    master_port: int | None = None
+    max_restarts: int = 0
+    """How often torch's elastic agent restarts the workers after one fails; they resume from the
+    newest checkpoint."""
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+    @property
+    def needs_agent(self) -> bool:
+        return self.world_size > 1 or self.max_restarts > 0
+
+
+def launch(config: RunConfig, options: LaunchOptions) -> int:
+    """Run the job and return its exit code."""
+    from date_engine.train import trainer
+
+    if job_environment().launcher != "none" or not options.needs_agent:
+        return trainer.run(config)
+    return _elastic(config, options)
+
+
+def torchrun_arguments(config_path: Path, options: LaunchOptions) -> list[str]:
+    """The torchrun command line (without the program name) that starts this job's workers."""
+    args = ["--nproc-per-node", str(options.nproc), "--max-restarts", str(options.max_restarts),
+            "--monitor-interval", "0.5"]
+    if options.nnodes == 1 and options.rdzv_endpoint is None and options.node_rank is None:
+        args.append("--standalone")
+    elif options.node_rank is not None:
+        args += ["--nnodes", str(options.nnodes), "--node-rank", str(options.node_rank),
+                 "--master-addr", options.master_addr or "127.0.0.1",
+                 "--master-port", str(options.master_port or 29500)]
+    else:
+        args += ["--nnodes", str(options.nnodes), "--rdzv-backend", options.rdzv_backend,
+                 "--rdzv-endpoint", options.rdzv_endpoint or "127.0.0.1:29400",
+                 "--rdzv-id", options.rdzv_id]
+    return args + ["-m", "date_engine.train.worker", "--config", str(config_path)]
+
+
+def _elastic(config: RunConfig, options: LaunchOptions) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser, run
+
+    if config.dry_run:
+        folder = Path(tempfile.mkdtemp(prefix="date-dry-run-launch-"))
+    else:
+        folder = Path(config.output_dir)
+    config_path = config.write(folder / "config.json")
+    # CPU workers share the cores instead of each starting a thread per core
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // options.nproc)))
+    try:
+        run(get_args_parser().parse_args(torchrun_arguments(config_path, options)))
+        return 0
+    except ChildFailedError as failure:
+        codes = {rank: f.exitcode for rank, f in failure.failures.items()}
+        code = codes[min(codes)] if codes else 1
+        return 128 - code if code < 0 else code  # a worker killed by signal N exits with -N
+    finally:
+        if config.dry_run:
+            for leftover in folder.iterdir():
+                leftover.unlink()
+            folder.rmdir()
+        sys.stdout.flush()

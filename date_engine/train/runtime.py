@@ -1,0 +1,144 @@
+"""Where a training process runs: its rank in the job, its device, backend and precision.
+
+Every device-dependent choice of the trainer is made here: CUDA or CPU, NCCL or gloo, bf16/fp16 or
+fp32, whether ``--compile`` applies. A process joins the job that launched it — torchrun's
+``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` or Slurm's ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID`` —
+or runs alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["Runtime", "job_environment", "setup", "teardown"]
+
+
+@dataclass(frozen=True)
+class JobEnvironment:
+    rank: int
+    world_size: int
+    local_rank: int
+    launcher: str  # "torchrun", "slurm" or "none"
+
+
+@dataclass
+class Runtime:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str | None
+    """The process group's backend, or None for a single process without one."""
+    precision: str
+    """What actually runs: fp32, bf16 or fp16."""
+    compile: bool
+    notes: list[str] = field(default_factory=list)
+    """Things the user should know, e.g. that bf16 was asked for on a CPU."""
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.backend is not None
+
+    def autocast(self) -> AbstractContextManager:
+        if self.precision == "fp32":
+            return nullcontext()
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+        return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    def grad_scaler(self) -> torch.amp.GradScaler | None:
+        """fp16 needs loss scaling; bf16 and fp32 do not."""
+        return torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
+
+
+def job_environment(environ: dict[str, str] | None = None) -> JobEnvironment:
+    """This process's place in the job, from torchrun's or Slurm's environment variables."""
+    env = os.environ if environ is None else environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return JobEnvironment(int(env["RANK"]), int(env["WORLD_SIZE"]),
+                              int(env.get("LOCAL_RANK", "0")), "torchrun")
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1:
+        return JobEnvironment(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]),
+                              int(env.get("SLURM_LOCALID", "0")), "slurm")
+    return JobEnvironment(0, 1, 0, "none")
+
+
+def setup(precision: str = "fp32", backend: str | None = None, compile: bool = False,
+          force_cpu: bool = False) -> Runtime:
+    """Join the job (initialising the process group when there is more than one process), pick
+    this process's device and the precision that can run on it."""
+    job = job_environment()
+    notes: list[str] = []
+    use_cuda = torch.cuda.is_available() and not force_cpu
+    device = torch.device("cuda", job.local_rank % torch.cuda.device_count()) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    if precision != "fp32" and device.type != "cuda":
+        notes.append(f"{precision} runs on CUDA only; this process has no GPU, so it trains in fp32.")
+        precision = "fp32"
+    if compile and device.type != "cuda":
+        notes.append("--compile applies on CUDA only; ignored on the CPU.")
+        compile = False
+
+    chosen_backend = None
+    if job.world_size > 1:
+        chosen_backend = backend or ("nccl" if device.type == "cuda" else "gloo")
+        if job.launcher == "slurm":
+            _slurm_rendezvous(job)
+        if not dist.is_initialized():
+            dist.init_process_group(chosen_backend, store=_attempt_store(), rank=job.rank,
+                                    world_size=job.world_size,
+                                    device_id=device if device.type == "cuda" else None)
+    return Runtime(job.rank, job.world_size, job.local_rank, device, chosen_backend, precision,
+                   compile, notes)
+
+
+def _attempt_store() -> dist.Store:
+    """The job's rendezvous store, with keys private to this attempt.
+
+    After torch's elastic agent restarts failed workers, the new workers could otherwise read a
+    dead worker's address from the previous attempt (seen here as gloo's "connectFullMesh failed:
+    Connection refused", or as a hang).
+    """
+    from torch.distributed.rendezvous import rendezvous
+
+    store, _, _ = next(rendezvous("env://"))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"date_engine/attempt_{attempt}", store)
+
+
+def teardown(runtime: Runtime) -> None:
+    if runtime.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _slurm_rendezvous(job: JobEnvironment) -> None:
+    """env:// rendezvous for processes started by srun: the first node of the job hosts it."""
+    os.environ.setdefault("RANK", str(job.rank))
+    os.environ.setdefault("WORLD_SIZE", str(job.world_size))
+    os.environ.setdefault("LOCAL_RANK", str(job.local_rank))
+    os.environ.setdefault("MASTER_PORT", "29500")
+    if "MASTER_ADDR" not in os.environ:
+        nodes = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST", "localhost")
+        os.environ["MASTER_ADDR"] = first_host(nodes)
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm node list: 'gpu[07-09,12],cpu1' -> 'gpu07'."""
+    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if not match:
+        return nodelist
+    prefix, ranges = match.groups()
+    if not ranges:
+        return prefix
+    first = ranges.split(",")[0].split("-")[0]
+    return prefix + first

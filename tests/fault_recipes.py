@@ -1,0 +1,42 @@
+"""Recipes for the trainer's tests: lenet-digits with a fault injected at a chosen loss call.
+
+Loaded by the real command line through ``--recipe tests.fault_recipes:<function>``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import replace
+
+from date_engine.recipes import Recipe, get_recipe
+
+KILL_AT = int(os.environ.get("DATE_TEST_KILL_AT", "11"))
+NAN_AT = int(os.environ.get("DATE_TEST_NAN_AT", "9"))
+_calls = {"n": 0}
+
+
+def lenet_digits_killed() -> Recipe:
+    """SIGKILLs rank 0 at its KILL_AT-th loss computation — on the first attempt only."""
+    base = get_recipe("lenet-digits")
+
+    def loss(model, batch):
+        _calls["n"] += 1
+        first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+        if _calls["n"] == KILL_AT and first_attempt and os.environ.get("RANK", "0") == "0":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return base.loss(model, batch)
+
+    return replace(base, name="lenet-digits-killed", loss=loss)
+
+
+def lenet_digits_nan() -> Recipe:
+    """The loss turns NaN from its NAN_AT-th computation on."""
+    base = get_recipe("lenet-digits")
+
+    def loss(model, batch):
+        _calls["n"] += 1
+        value = base.loss(model, batch)
+        return value * float("nan") if _calls["n"] >= NAN_AT else value
+
+    return replace(base, name="lenet-digits-nan", loss=loss)

@@ -1,0 +1,218 @@
+"""`date scale` end to end, through the real command line, torchrun and gloo, on lenet-digits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import RECIPES, ROOT
+
+SPEC = str(RECIPES / "lenet-digits.yaml")
+SHORT = ["--set", "baseline.epochs=10"]  # 57 steps at batch 256: seconds per run
+
+
+def date(*args, env=None, timeout=240):
+    """Run `python -m date_engine ...` as a user would; returns the CompletedProcess."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "date_engine", *map(str, args)], cwd=ROOT,
+                          env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def final_model(run_dir: Path) -> dict[str, torch.Tensor]:
+    newest = sorted((run_dir / "checkpoints").glob("step-*.pt"))[-1]
+    return torch.load(newest, weights_only=True)["model"]
+
+
+def metrics(run_dir: Path, drop=("samples_per_s",)) -> list[dict]:
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in line.items() if k not in drop} for line in lines]
+
+
+def max_relative_difference(a: dict, b: dict) -> float:
+    return max(((a[k] - b[k]).abs().max() / a[k].abs().max().clamp_min(1e-12)).item() for k in a)
+
+
+# ------------------------------------------------------------------ the exact global batch
+
+
+@pytest.fixture(scope="module")
+def batch64_runs(tmp_path_factory):
+    """Batch 64 split three ways, 8 optimizer steps each: 64 × 1 × 1, 16 × 1 × 4, 16 × 2 × 2."""
+    root = tmp_path_factory.mktemp("split")
+    runs = {}
+    for name, nproc, micro in [("whole", 1, 64), ("accumulate4", 1, 16), ("gloo2x2", 2, 16)]:
+        out = root / name
+        result = date("scale", SPEC, "--batch", 64, "--nproc", nproc, "--micro-batch", micro,
+                      "--max-steps", 8, "-o", out)
+        assert result.returncode == 0, result.stdout + result.stderr
+        runs[name] = out
+    return runs
+
+
+def test_accumulation_and_processes_reach_the_whole_batch_parameters(batch64_runs):
+    """Same 64 samples per step, however split, so the same parameters up to float32 summation
+    order: the micro-batch means are added in another order (~1e-7 relative per step), and RMSprop's
+    division by sqrt(v), with v still one or two squared gradients at these first steps, magnifies
+    that about tenfold; after 8 steps 1e-5 bounds it. A different data order is 1000× further."""
+    whole = final_model(batch64_runs["whole"])
+    for name in ("accumulate4", "gloo2x2"):
+        assert max_relative_difference(whole, final_model(batch64_runs[name])) < 1e-5, name
+    plan = json.loads((batch64_runs["gloo2x2"] / "plan.json").read_text())
+    assert (plan["micro_batch"], plan["world_size"], plan["accumulation_steps"]) == (16, 2, 2)
+
+
+def test_another_data_order_is_far_away(batch64_runs, tmp_path):
+    out = tmp_path / "seed1"
+    assert date("scale", SPEC, "--batch", 64, "--max-steps", 8, "--set", "train.seed=1",
+                "-o", out).returncode == 0
+    assert max_relative_difference(final_model(batch64_runs["whole"]), final_model(out)) > 1e-2
+
+
+# ------------------------------------------------------------------ stop, kill, resume
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("full") / "run"
+    result = date("scale", SPEC, "--batch", 256, *SHORT, "-o", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+def test_full_run_writes_its_records(uninterrupted):
+    for name in ("spec.yaml", "config.json", "plan.json", "metrics.jsonl", "summary.json"):
+        assert (uninterrupted / name).is_file(), name
+    summary = json.loads((uninterrupted / "summary.json").read_text())
+    assert summary["steps"] == summary["total_steps"] == 57 and summary["metric"] > 50
+    lines = metrics(uninterrupted)
+    logged = [x for x in lines if "loss" in x]
+    assert [x["step"] for x in logged] == [20, 40, 57]
+    for key in ("epoch", "lr", "loss", "grad_norm", "ratio_min", "ratio_median", "ratio_max"):
+        assert key in logged[0], key
+    assert lines[-1] == {"step": 57, "eval": {"accuracy": summary["metric"]}}
+
+
+def test_stopped_and_resumed_run_equals_the_uninterrupted_one(uninterrupted, tmp_path):
+    out = tmp_path / "run"
+    first = date("scale", SPEC, "--batch", 256, *SHORT, "-o", out, "--max-steps", 23)
+    assert first.returncode == 0, first.stderr
+    assert "--resume" in first.stdout  # it says how to continue
+    second = date("scale", SPEC, "--batch", 256, *SHORT, "-o", out, "--resume")
+    assert second.returncode == 0, second.stderr
+    assert "resuming from" in second.stdout
+    a, b = final_model(uninterrupted), final_model(out)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert metrics(out) == metrics(uninterrupted)
+
+
+def test_sigkilled_worker_is_restarted_by_torchrun_and_resumes(tmp_path):
+    common = ["--batch", 256, "--nproc", 2, *SHORT, "--set", "train.checkpoint_every=4"]
+    clean = date("scale", SPEC, *common, "-o", tmp_path / "clean")
+    assert clean.returncode == 0, clean.stderr
+    killed = date("scale", SPEC, *common, "-o", tmp_path / "killed", "--max-restarts", 1,
+                  "--recipe", "tests.fault_recipes:lenet_digits_killed",
+                  env={"DATE_TEST_KILL_AT": "11"})  # rank 0 dies in step 11; step 8 was saved
+    assert killed.returncode == 0, killed.stdout + killed.stderr
+    assert "resuming from" in killed.stdout and "step-00000008.pt" in killed.stdout
+    a, b = final_model(tmp_path / "clean"), final_model(tmp_path / "killed")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert metrics(tmp_path / "killed") == metrics(tmp_path / "clean")
+
+
+def test_sigterm_finishes_the_step_checkpoints_and_resumes(uninterrupted, tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "date_engine", "scale", SPEC, "--batch", "256",
+                             *SHORT, "-o", str(out), "--set", "train.log_every=1"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (
+            (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().count("\n") >= 3):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stdout + stderr
+    assert "stopped by SIGTERM" in stdout and "Traceback" not in stderr
+    saved = sorted((out / "checkpoints").glob("step-*.pt"))
+    assert saved, "a checkpoint was written on the way out"
+    resumed = date("scale", SPEC, "--batch", 256, *SHORT, "-o", out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = final_model(uninterrupted), final_model(out)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_nonfinite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    result = date("scale", SPEC, "--batch", 256, *SHORT, "-o", out, "--set", "train.checkpoint_every=3",
+                  "--recipe", "tests.fault_recipes:lenet_digits_nan", env={"DATE_TEST_NAN_AT": "8"})
+    assert result.returncode == 3
+    assert "the loss became non-finite (nan) at step 8" in result.stderr
+    assert "step-00000006.pt" in result.stderr and "Traceback" not in result.stderr
+    newest = sorted((out / "checkpoints").glob("step-*.pt"))[-1]
+    payload = torch.load(newest, weights_only=True)
+    assert payload["step"] == 6
+    assert all(torch.isfinite(t).all() for t in payload["model"].values())
+
+
+def test_resume_with_another_batch_is_refused_unless_replanned(uninterrupted, tmp_path):
+    out = tmp_path / "run"
+    assert date("scale", SPEC, "--batch", 256, *SHORT, "-o", out, "--max-steps", 10).returncode == 0
+    refused = date("scale", SPEC, "--batch", 128, *SHORT, "-o", out, "--resume")
+    assert refused.returncode == 2
+    assert "cannot resume from this checkpoint: it was written for batch 256" in refused.stderr
+    assert "--force-replan" in refused.stderr and "Traceback" not in refused.stderr
+    replanned = date("scale", SPEC, "--batch", 128, *SHORT, "-o", out, "--resume", "--force-replan",
+                     "--max-steps", 22)
+    assert replanned.returncode == 0, replanned.stderr
+    assert "continuing its weights at step 20 of the new plan" in replanned.stdout
+
+
+def test_a_new_run_does_not_overwrite_checkpoints(uninterrupted):
+    result = date("scale", SPEC, "--batch", 256, *SHORT, "-o", uninterrupted)
+    assert result.returncode == 2 and "already holds checkpoints" in result.stderr
+    missing = date("scale", SPEC, "--batch", 256, *SHORT, "-o", uninterrupted.parent / "empty", "--resume")
+    assert missing.returncode == 2 and "no checkpoint in" in missing.stderr
+
+
+# ------------------------------------------------------------------ dry runs and bad input
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_dry_run_steps_twice_and_leaves_nothing(tmp_path, nproc):
+    out = tmp_path / "out"
+    result = date("scale", SPEC, "--batch", 1024, "--nproc", nproc, "--dry-run", "-o", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "dry run" in result.stdout and f"2 × {nproc} × 2" in result.stdout
+    assert "steps      │ 2 of 2" in result.stdout
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch", 4096], "larger than the data set (1437 samples"),
+    (["--batch", 256, "--nproc", 3], "does not divide evenly over 3 processes"),
+    (["--batch", 256, "--recipe", "no-such-recipe"], "unknown recipe 'no-such-recipe'; known recipes: lenet-digits"),
+    (["--batch", 256, "--recipe", "tests.nowhere:thing"], "cannot load 'thing' from module 'tests.nowhere'"),
+    (["--batch", 256, "--precision", "fp64"], "--precision must be fp32, bf16 or fp16"),
+])
+def test_bad_input_exits_2_before_training(args, message, tmp_path):
+    result = date("scale", SPEC, *args, "-o", tmp_path / "out")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_recipes_command_lists_lenet_digits():
+    from date_engine.models.lenet import LeNet
+
+    result = date("recipes")
+    assert result.returncode == 0
+    params = sum(p.numel() for p in LeNet(image_size=8).parameters())
+    assert "lenet-digits" in result.stdout and f"{params:,}" in result.stdout and "1,437" in result.stdout
