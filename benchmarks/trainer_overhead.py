@@ -1,7 +1,7 @@
 """Samples/s of `date scale` against a minimal hand-written torch loop doing the same steps.
 
-    python benchmarks/trainer_overhead.py [--recipe lenet-digits] [--spec recipes/lenet-digits.yaml]
-        [--batch 256] [--repeats 3]
+    OMP_NUM_THREADS=1 python benchmarks/trainer_overhead.py [--spec recipes/lenet-digits.yaml]
+        [--batch 256] [--repeats 5]
 
 Both train the same model on the same data with the same micro-batch, DATE optimizer and schedule,
 for the plan's steps, in this one process. The trainer runs with its defaults (progress, metrics
@@ -12,6 +12,8 @@ backward, step and nothing else. Runs alternate, `--repeats` times each; medians
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import statistics
 import tempfile
@@ -58,7 +60,8 @@ def trainer_run(spec_path: str, recipe_name: str, batch: int) -> float:
         config = RunConfig(spec=spec.model_dump(mode="json", exclude_none=True), spec_path=spec_path,
                            recipe=recipe_name, batch=batch, world_size=1, micro_batch=None,
                            output_dir=str(Path(out) / "run"))
-        assert run(config) == 0
+        with contextlib.redirect_stdout(io.StringIO()):  # the plan and summary of every run
+            assert run(config) == 0
         return json.loads((Path(out) / "run" / "summary.json").read_text())["samples_per_s"]
 
 

@@ -187,7 +187,10 @@ def scale_command(
         found = get_recipe(recipe_ref)
         if precision is not None and precision not in ("fp32", "bf16", "fp16"):
             raise DateError(f"--precision must be fp32, bf16 or fp16, got {precision!r}.")
-        world = nproc * nnodes
+        from date_engine.train.runtime import job_environment
+
+        job = job_environment()  # started by torchrun or srun: that job's size is the truth
+        world = job.world_size if job.launcher != "none" else nproc * nnodes
         run_dir = output_dir or Path(spec.train.output_dir or f"runs/{found.name}-B{batch}")
         rerun = " ".join(a for a in ["date", "scale", *sys.argv[2:]] if a != "--resume") \
             if sys.argv[1:2] == ["scale"] else ""

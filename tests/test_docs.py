@@ -24,7 +24,7 @@ def test_ci_runs_the_readme_test_command():
 
 def test_readme_main_command_is_a_shipped_recipe():
     main = [b.strip() for b in _bash_blocks(README) if "pytest" not in b][0]
-    recipe = re.search(r"date plan (\S+)", main).group(1)
+    recipe = re.search(r"date (?:plan|scale) (\S+)", main).group(1)
     assert (ROOT / recipe).is_file()
 
 

@@ -138,8 +138,15 @@ def _from_reference(reference: str) -> Recipe:
     return _checked(_call(target, reference), reference)
 
 
-def _call(target: Any, name: str) -> Recipe:
-    return target if isinstance(target, Recipe) else target()
+def _call(target: Any, name: str) -> Any:
+    if isinstance(target, Recipe):
+        return target
+    try:
+        return target()
+    except TypeError as exc:
+        raise DateError(f"recipe '{name}': calling {getattr(target, '__name__', target)!r} failed "
+                        f"({exc}); a recipe function takes no arguments and returns a "
+                        "date_engine.recipes.Recipe.") from None
 
 
 def _checked(recipe: Any, name: str) -> Recipe:

@@ -507,7 +507,8 @@ class _Run:
             ("samples/s", f"{summary.samples_per_s:.0f}"),
             ("plan", f"batch {self.plan.target_batch} = {self.plan.micro_batch} × "
                      f"{self.plan.world_size} × {self.plan.accumulation_steps}, peak lr "
-                     f"{self.plan.peak_lr:.4g}, warmup {self.plan.warmup_epochs:g} epochs"),
+                     f"{self.plan.peak_lr:.4g}, warmup {self.plan.warmup_epochs:g} "
+                     f"epoch{'' if self.plan.warmup_epochs == 1 else 's'}"),
             ("checkpoint", summary.checkpoint or "—"),
         ]
         for row in rows:

@@ -1,0 +1,160 @@
+"""The trainer's parts on their own: job environment, sampling, checkpoints, recipes, metrics."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import types
+
+import pytest
+import torch
+
+from date_engine import DateError
+from date_engine.recipes import Recipe, get_recipe, list_recipes
+from date_engine.train import checkpoint as ckpt
+from date_engine.train.launch import LaunchOptions, torchrun_arguments
+from date_engine.train.reporting import MetricsLog
+from date_engine.train.runtime import first_host, job_environment
+from date_engine.train.sampling import MicroBatchSampler
+
+
+def test_job_environment_from_torchrun_and_slurm():
+    assert job_environment({}).launcher == "none"
+    tr = job_environment({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"})
+    assert (tr.rank, tr.world_size, tr.local_rank, tr.launcher) == (3, 8, 1, "torchrun")
+    sl = job_environment({"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1"})
+    assert (sl.rank, sl.world_size, sl.local_rank, sl.launcher) == (5, 16, 1, "slurm")
+    assert job_environment({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}).launcher == "none"
+
+
+@pytest.mark.parametrize("nodelist, host", [
+    ("gpu[07-09,12],cpu1", "gpu07"), ("node001", "node001"), ("a1,b2", "a1"), ("n[3]", "n3")])
+def test_first_host_of_a_slurm_nodelist(nodelist, host):
+    assert first_host(nodelist) == host
+
+
+def test_torchrun_arguments():
+    path = "/run/config.json"
+    single = torchrun_arguments(path, LaunchOptions(nproc=4, max_restarts=2))
+    assert single[:4] == ["--nproc-per-node", "4", "--max-restarts", "2"] and "--standalone" in single
+    assert single[-4:] == ["-m", "date_engine.train.worker", "--config", path]
+    multi = torchrun_arguments(path, LaunchOptions(nproc=8, nnodes=2, rdzv_endpoint="h:29400", rdzv_id="j"))
+    assert ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:29400", "--rdzv-id", "j"] \
+        == multi[6:14]
+    static = torchrun_arguments(path, LaunchOptions(nproc=8, nnodes=2, node_rank=1, master_addr="h"))
+    assert "--node-rank" in static and "--master-addr" in static and "--standalone" not in static
+
+
+@pytest.mark.parametrize("world, micro", [(1, 8), (2, 4), (4, 2)])
+def test_global_batches_do_not_depend_on_the_split(world, micro):
+    """Global batch = the union over processes of their micro-batches for a step."""
+    n, batch, steps = 40, 8, 12  # 12 steps of 8 cross two epochs of 40
+
+    def global_batches(world, micro):
+        accumulation = batch // (world * micro)
+        streams = [list(MicroBatchSampler(n, micro, world, r, seed=3, start=0, count=steps * accumulation))
+                   for r in range(world)]
+        return [sorted(i for s in streams for mb in s[k * accumulation:(k + 1) * accumulation] for i in mb)
+                for k in range(steps)]
+
+    assert global_batches(world, micro) == global_batches(1, 8)
+
+
+def test_sampler_resumes_mid_stream_and_reshuffles_each_epoch():
+    full = list(MicroBatchSampler(30, 4, 2, 1, seed=0, start=0, count=10))
+    assert list(MicroBatchSampler(30, 4, 2, 1, seed=0, start=12, count=7)) == full[3:]
+    epochs = [MicroBatchSampler(30, 4, 2, 1, 0, 0, 1).epoch_indices(e) for e in (0, 1)]
+    assert sorted(epochs[0]) != epochs[0] or epochs[0] != epochs[1]
+    assert len(epochs[0]) == 15 and epochs[0] != epochs[1]
+
+
+def _payload(step):
+    return {"format": ckpt.FORMAT, "step": step, "model": {"w": torch.ones(2) * step},
+            "optimizer": {}, "plan": {}, "spec_fingerprint": "x", "ranks": [{"rng": ckpt.capture_rng()}]}
+
+
+def test_checkpoints_are_kept_newest_first_and_a_damaged_one_is_skipped(tmp_path):
+    for step in (2, 4, 6):
+        ckpt.save_atomic(tmp_path, step, _payload(step), keep=2)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["step-00000004.pt", "step-00000006.pt"]
+    (tmp_path / "checkpoints" / "step-00000006.pt").write_bytes(b"truncated")
+    path, payload = ckpt.newest_valid(tmp_path)
+    assert path.name == "step-00000004.pt" and payload["step"] == 4
+    assert ckpt.newest_valid(tmp_path / "nothing") is None
+
+
+def test_rng_state_round_trips():
+    state = ckpt.capture_rng()
+    a = torch.rand(3)
+    ckpt.restore_rng(state)
+    assert torch.equal(torch.rand(3), a)
+
+
+def test_mismatch_is_described():
+    plan = {"target_batch": 256, "world_size": 2, "micro_batch": 128, "accumulation_steps": 1, "x": 1}
+    assert ckpt.describe_mismatch(plan, dict(plan), "f", "f") is None
+    other = {**plan, "target_batch": 512, "micro_batch": 256}
+    assert "written for batch 256 = 128 × 2 processes × 1, not batch 512" in \
+        ckpt.describe_mismatch(plan, other, "f", "f")
+    assert "another spec" in ckpt.describe_mismatch(plan, plan, "f", "g")
+
+
+def test_recipe_from_module_function_and_entry_point(tmp_path, monkeypatch):
+    package = tmp_path / "my_recipes.py"
+    package.write_text(textwrap.dedent("""
+        from dataclasses import replace
+        from date_engine.recipes import get_recipe
+
+        def tiny():
+            return replace(get_recipe("lenet-digits"), name="tiny")
+    """))
+    dist_info = tmp_path / "my_recipes-1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-recipes\nVersion: 1.0\n")
+    (dist_info / "entry_points.txt").write_text("[date_engine.recipes]\ntiny = my_recipes:tiny\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert get_recipe("my_recipes:tiny").name == "tiny"
+    assert get_recipe("tiny").name == "tiny"  # through the entry point
+    assert "tiny" in [r.name for r in list_recipes()]
+    with pytest.raises(DateError, match="a recipe function takes no arguments"):
+        get_recipe("textwrap:dedent")
+    with pytest.raises(DateError, match="did not produce a date_engine.recipes.Recipe"):
+        get_recipe("os:getcwd")
+
+
+def test_recipe_lookup_does_not_import_torch():
+    import subprocess
+
+    code = ("import sys\nfrom date_engine.recipes import get_recipe\n"
+            "r = get_recipe('lenet-digits')\nprint(r.dataset_size, 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1437", "False"]
+
+
+def test_metrics_log_drops_lines_after_the_resumed_step_and_feeds_tensorboard(tmp_path, monkeypatch):
+    scalars = []
+
+    class Writer:
+        def __init__(self, folder):
+            pass
+
+        def add_scalar(self, key, value, step):
+            scalars.append((key, value, step))
+
+        def close(self):
+            pass
+
+    module = types.ModuleType("torch.utils.tensorboard")
+    module.SummaryWriter = Writer
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", module)
+    log = MetricsLog(tmp_path)
+    assert log.tensorboard
+    for step in (10, 20, 30):
+        log.write({"step": step, "loss": 1.0 / step, "grad_norm": None})
+    log.write({"step": 30, "eval": {"accuracy": 90.0}})
+    log.close()
+    assert ("loss", 0.1, 10) in scalars and ("eval/accuracy", 90.0, 30) in scalars
+    resumed = MetricsLog(tmp_path, resume_step=20)
+    resumed.close()
+    assert [line.count('"step"') for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 1]
