@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -192,8 +193,7 @@ def scale_command(
         job = job_environment()  # started by torchrun or srun: that job's size is the truth
         world = job.world_size if job.launcher != "none" else nproc * nnodes
         run_dir = output_dir or Path(spec.train.output_dir or f"runs/{found.name}-B{batch}")
-        rerun = " ".join(a for a in ["date", "scale", *sys.argv[2:]] if a != "--resume") \
-            if sys.argv[1:2] == ["scale"] else ""
+        rerun = _continue_command(sys.argv[2:]) if sys.argv[1:2] == ["scale"] else ""
         from date_engine.train.config import RunConfig
 
         config = RunConfig(
@@ -215,6 +215,19 @@ def scale_command(
     code = launch(config, options)
     if code:
         raise typer.Exit(code)
+
+
+def _continue_command(args: list[str]) -> str:
+    """The command line that continues this run: without --resume and --max-steps."""
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--max-steps":
+            skip = True
+        elif arg != "--resume" and not arg.startswith("--max-steps="):
+            kept.append(shlex.quote(arg))
+    return " ".join(["date", "scale", *kept])
 
 
 @app.command("recipes")

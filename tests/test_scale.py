@@ -126,7 +126,8 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(uninterrupted, tmp
     out = tmp_path / "run"
     first = date("scale", SPEC, "--batch", 256, *SHORT, "-o", out, "--max-steps", 23)
     assert first.returncode == 0, first.stderr
-    assert "--resume" in first.stdout  # it says how to continue
+    continue_line = next(x for x in first.stdout.splitlines() if x.startswith("continue with:"))
+    assert continue_line.endswith("--resume") and "--max-steps" not in continue_line
     second = date("scale", SPEC, "--batch", 256, *SHORT, "-o", out, "--resume")
     assert second.returncode == 0, second.stderr
     assert "resuming from" in second.stdout
@@ -281,6 +282,12 @@ def test_dry_run_steps_twice_and_leaves_nothing(tmp_path, path, nproc):
     assert "dry run" in result.stdout and f"2 × {nproc} × 2" in result.stdout
     assert "steps      │ 2 of 2" in result.stdout
     assert not out.exists()
+
+
+def test_cuda_only_options_on_the_cpu_say_so_and_run_fp32(tmp_path):
+    result = date("scale", SPEC, "--batch", 256, "--dry-run", "--precision", "bf16", "--compile")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "bf16 runs on CUDA only" in result.stdout and "--compile applies on CUDA only" in result.stdout
 
 
 @pytest.mark.parametrize("args, message", [

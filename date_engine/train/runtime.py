@@ -83,7 +83,7 @@ def setup(precision: str = "fp32", backend: str | None = None, compile: bool = F
     if use_cuda:
         torch.cuda.set_device(device)
     if precision != "fp32" and device.type != "cuda":
-        notes.append(f"{precision} runs on CUDA only; this process has no GPU, so it trains in fp32.")
+        notes.append(f"{precision} runs on CUDA only; this process runs on the CPU, so it trains in fp32.")
         precision = "fp32"
     if compile and device.type != "cuda":
         notes.append("--compile applies on CUDA only; ignored on the CPU.")
