@@ -34,8 +34,9 @@ from date_engine.train.trainer import plan_for, run
 def hand_loop(spec, recipe, plan) -> float:
     """The minimal loop: samples/s over the same number of steps."""
     torch.manual_seed(0)
-    data = recipe.build_data(DataOptions())
-    model = recipe.build_model()
+    options = recipe.parse_options(spec.model)
+    data = recipe.build_data(DataOptions(), options)
+    model = recipe.build_model(options)
     opt = build_optimizer(model.named_parameters(), spec.baseline.optimizer, spec.date.layer_ratio,
                           plan.peak_lr)
     loader = torch.utils.data.DataLoader(data.train, batch_size=plan.micro_batch, shuffle=True,

@@ -186,6 +186,7 @@ def scale_command(
             raise DateError(f"{spec_path}: no recipe to train; add 'recipe: <name>' to the spec or "
                             "pass --recipe (see `date recipes`).")
         found = get_recipe(recipe_ref)
+        found.parse_options(spec.model)  # a bad model option fails here, before any process starts
         if precision is not None and precision not in ("fp32", "bf16", "fp16"):
             raise DateError(f"--precision must be fp32, bf16 or fp16, got {precision!r}.")
         from date_engine.train.runtime import job_environment
@@ -242,11 +243,33 @@ def recipes_command() -> None:
         for col in ("name", "model", "data set", "parameters", "samples", "metric"):
             table.add_column(col)
         for r in list_recipes():
-            params = sum(p.numel() for p in r.build_model().parameters())
+            params = sum(p.numel() for p in r.build_model(r.parse_options()).parameters())
             table.add_row(r.name, r.model_name, r.dataset_name, f"{params:,}",
                           f"{r.dataset_size:,}" if r.dataset_size else "from the data",
                           f"{r.metric_name} ({'higher' if r.higher_is_better else 'lower'} is better)")
         Console().print(table)
+
+
+data_app = typer.Typer(help="Lay out data sets that install offline in the formats recipes read.",
+                       no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("prepare")
+def data_prepare_command(
+    name: Annotated[str, typer.Argument(help="mnist | fashion-mnist | shakespeare | en-de",
+                                        show_default=False)],
+    dest: Annotated[Path, typer.Argument(help="Folder to write (train.data_dir of the recipe).",
+                                         show_default=False)],
+    source: Annotated[Optional[Path], typer.Option(
+        "--source", help="Where the source lies, when not where it installs by default.",
+        show_default=False)] = None,
+) -> None:
+    """Write a real data set in the format its recipes read (substitutes are named as such)."""
+    with user_errors():
+        from date_engine.data.prepare import prepare
+
+        Console(highlight=False, soft_wrap=True).print(prepare(name, dest, source))
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ with code 2; library callers catch :class:`DateError`. Anything else that escape
 
 from __future__ import annotations
 
-__all__ = ["DateError", "SpecError", "PlanError"]
+__all__ = ["DataError", "DataMissing", "DateError", "PlanError", "SpecError"]
 
 
 class DateError(Exception):
@@ -20,3 +20,11 @@ class SpecError(DateError):
 
 class PlanError(DateError):
     """The spec is valid, but no sound plan exists for the requested batch or split."""
+
+
+class DataError(DateError):
+    """A data set on disk is malformed: the file and what is wrong with it."""
+
+
+class DataMissing(DataError):
+    """The data set's files are not where the recipe looks: every expected path, listed."""

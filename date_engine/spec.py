@@ -271,6 +271,8 @@ class Spec(_Section):
     """How to scale it."""
     train: TrainSpec = TrainSpec()
     """How the bundled trainer runs it."""
+    model: dict[str, Any] = Field(default_factory=dict)
+    """Options of the recipe's model and data (e.g. ``hidden: 256``); the recipe validates them."""
 
     def fingerprint(self) -> str:
         """A short, stable hash of every setting that changes what training computes.

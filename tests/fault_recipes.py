@@ -20,12 +20,12 @@ def lenet_digits_killed() -> Recipe:
     """SIGKILLs rank 0 at its KILL_AT-th loss computation — on the first attempt only."""
     base = get_recipe("lenet-digits")
 
-    def loss(model, batch):
+    def loss(model, batch, data):
         _calls["n"] += 1
         first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
         if _calls["n"] == KILL_AT and first_attempt and os.environ.get("RANK", "0") == "0":
             os.kill(os.getpid(), signal.SIGKILL)
-        return base.loss(model, batch)
+        return base.loss(model, batch, data)
 
     return replace(base, name="lenet-digits-killed", loss=loss)
 
@@ -34,9 +34,9 @@ def lenet_digits_nan() -> Recipe:
     """The loss turns NaN from its NAN_AT-th computation on."""
     base = get_recipe("lenet-digits")
 
-    def loss(model, batch):
+    def loss(model, batch, data):
         _calls["n"] += 1
-        value = base.loss(model, batch)
+        value = base.loss(model, batch, data)
         return value * float("nan") if _calls["n"] >= NAN_AT else value
 
     return replace(base, name="lenet-digits-nan", loss=loss)

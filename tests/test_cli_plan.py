@@ -89,7 +89,8 @@ BAD_INPUT = [
     ([LENET, "--batch", 8192, "--micro-batch", 10000], "use --micro-batch 8192 or less"),
     ([LENET, "--batch", 8192, "--set", "date.lr_floor=0.01"], "date.lr_floor (0.01) is not below the peak LR"),
     ([LENET, "--batch", 8192, "--set", "baseline.warmup_epochs=40"], "baseline.warmup_epochs (40) is not shorter"),
-    ([LENET, "--batch", 8192, "--set", "baseline.dataset_size=null"], "baseline.dataset_size is missing"),
+    ([LENET, "--batch", 8192, "--set", "baseline.dataset_size=null", "--set", "recipe=null"],
+     "baseline.dataset_size is missing and no recipe supplies it"),
     (["missing.yaml", "--batch", 8192], "missing.yaml: does not exist"),
     ([LENET, "--batch", 8192, "--set", "baseline.batch_size=many"],
      "baseline.batch_size: expected a whole number, got 'many'"),
@@ -151,3 +152,9 @@ def test_module_entry_point():
     out = subprocess.run([sys.executable, "-m", "date_engine", "--help"], capture_output=True,
                          text=True, cwd=ROOT)
     assert out.returncode == 0 and "plan" in out.stdout
+
+
+def test_plan_takes_the_data_set_size_from_the_recipe():
+    result = plan(LENET, "--batch", 8192, "--json", "--set", "baseline.dataset_size=null")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["dataset_size"] == 60000  # lenet-mnist knows MNIST's size

@@ -24,7 +24,13 @@ from date_engine.errors import DateError
 __all__ = ["Recipe", "RecipeData", "DataOptions", "get_recipe", "list_recipes", "register_recipe"]
 
 ENTRY_POINT_GROUP = "date_engine.recipes"
-_BUILTIN_MODULES = ("date_engine.recipes.digits",)
+_BUILTIN_MODULES = (
+    "date_engine.recipes.digits",
+    "date_engine.recipes.mnist",
+    "date_engine.recipes.ptb",
+    "date_engine.recipes.gnmt",
+    "date_engine.recipes.imagenet",
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,8 @@ class RecipeData:
     """DataLoader collate function (None: torch's default)."""
     note: str = ""
     """Shown to the user, e.g. that generated samples stand in for missing files."""
+    context: dict[str, Any] = field(default_factory=dict)
+    """What the recipe's loss and evaluation need besides the batch (a vocabulary, options)."""
 
 
 @dataclass(frozen=True)
@@ -68,17 +76,41 @@ class Recipe:
     """Per-process micro-batch when neither the spec nor the command line sets one."""
     dataset_size: int | None
     """Training samples per epoch, when known without reading the data."""
-    build_model: Callable[[], Any]
-    """Returns a fresh ``torch.nn.Module`` (after the trainer has seeded torch)."""
-    build_data: Callable[[DataOptions], RecipeData]
-    loss: Callable[[Any, Any], Any]
-    """``loss(model, batch)``: the mean loss over the micro-batch, a scalar tensor."""
-    evaluate: Callable[[Any, Any], dict[str, Any]]
-    """``evaluate(model, batch)``: summable statistics of one eval batch (tensors or numbers)."""
+    build_model: Callable[[Any], Any]
+    """``build_model(options)``: a fresh ``torch.nn.Module`` (after the trainer has seeded torch)."""
+    build_data: Callable[[DataOptions, Any], RecipeData]
+    """``build_data(data_options, options)``: the training and evaluation sets."""
+    loss: Callable[[Any, Any, RecipeData], Any]
+    """``loss(model, batch, data)``: the mean loss over the micro-batch, a scalar tensor."""
+    evaluate: Callable[[Any, Any, RecipeData], dict[str, Any]]
+    """``evaluate(model, batch, data)``: summable statistics of one eval batch (tensors or numbers)."""
     metric: Callable[[dict[str, float]], float]
     """The metric from statistics summed over the whole eval set."""
+    options: type | None = None
+    """A pydantic model of the recipe's options (the spec's ``model:`` section), or None."""
     description: str = ""
-    extras: dict[str, Any] = field(default_factory=dict)
+
+    def parse_options(self, values: dict[str, Any] | None = None) -> Any:
+        """The spec's ``model:`` section validated against this recipe's options."""
+        values = dict(values or {})
+        if self.options is None:
+            if values:
+                raise DateError(f"model.{next(iter(values))}: recipe {self.name} takes no model "
+                                "options; remove the model section.")
+            return None
+        from pydantic import ValidationError
+
+        try:
+            return self.options.model_validate(values)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field_name = ".".join(str(p) for p in err["loc"]) or "model"
+            allowed = ", ".join(self.options.model_fields)
+            if err["type"] == "extra_forbidden":
+                raise DateError(f"model.{field_name}: not an option of recipe {self.name}; its "
+                                f"options: {allowed}.") from None
+            raise DateError(f"model.{field_name}: {err['msg']} (got {err.get('input')!r}); "
+                            f"recipe {self.name}'s options: {allowed}.") from None
 
 
 _REGISTRY: dict[str, Callable[[], Recipe]] = {}

@@ -13,13 +13,13 @@ from date_engine.recipes._classification import accuracy_percent, correct_count,
 TRAIN_SIZE, TEST_SIZE = 1437, 360
 
 
-def _model():
+def _model(options=None):
     from date_engine.models.lenet import LeNet
 
     return LeNet(in_channels=1, image_size=8, num_classes=10)
 
 
-def _data(options: DataOptions) -> RecipeData:
+def _data(options: DataOptions, model_options=None) -> RecipeData:
     import torch
 
     from date_engine.data.tensors import TensorData, collate_batch

@@ -28,7 +28,7 @@ import torch.distributed as dist
 import yaml
 from rich.console import Console
 
-from date_engine.errors import DateError
+from date_engine.errors import DataMissing, DateError
 from date_engine.optim.build import build_optimizer
 from date_engine.plan import Plan, derive_plan
 from date_engine.recipes import DataOptions, Recipe, RecipeData, get_recipe
@@ -126,6 +126,7 @@ class _Run:
         self.config, self.rt, self.console = config, runtime, console
         self.spec = parse_spec(config.spec, source=config.spec_path)
         self.recipe = get_recipe(config.recipe)
+        self.options = self.recipe.parse_options(self.spec.model)
         self.seed = self.spec.train.seed
         self.restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self._window: tuple[float, int] = (0.0, 0)  # loss sum and steps since the last log line
@@ -155,7 +156,7 @@ class _Run:
         self._announce(data)
 
         torch.manual_seed(self.seed)  # the same initial weights on every process
-        model = self.recipe.build_model().to(rt.device)
+        model = self.recipe.build_model(self.options).to(rt.device)
         optimizer = build_optimizer(model.named_parameters(), self.spec.baseline.optimizer,
                                     self.spec.date.layer_ratio, run_plan.peak_lr)
         scaler = rt.grad_scaler()
@@ -185,11 +186,11 @@ class _Run:
     def _data(self) -> RecipeData:
         options = DataOptions(data_dir=self.spec.train.data_dir, seed=self.seed)
         try:
-            return self.recipe.build_data(options)
-        except DateError as exc:
+            return self.recipe.build_data(options, self.options)
+        except DataMissing as exc:
             if not self.config.dry_run:
                 raise
-            data = self.recipe.build_data(dataclasses.replace(options, synthetic=True))
+            data = self.recipe.build_data(dataclasses.replace(options, synthetic=True), self.options)
             data.note = f"{exc} The dry run steps on generated samples of the recipe's shapes instead."
             return data
 
@@ -347,7 +348,7 @@ class _Run:
                     batch = _to_device(next(batches), rt.device)
                     sync = micro == accumulation - 1 or not rt.distributed
                     with (nullcontext() if sync else wrapped.no_sync()), rt.autocast():
-                        loss = self.recipe.loss(wrapped, batch) / accumulation
+                        loss = self.recipe.loss(wrapped, batch, data) / accumulation
                     (scaler.scale(loss) if scaler is not None else loss).backward()
                     step_loss += loss.detach().float()
                 logging = step % train.log_every == 0 or step == last
@@ -463,7 +464,7 @@ class _Run:
         totals: dict[str, float] = {}
         for batch in loader:
             with rt.autocast():
-                stats = self.recipe.evaluate(model, _to_device(batch, rt.device))
+                stats = self.recipe.evaluate(model, _to_device(batch, rt.device), data)
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + float(value)
         if rt.distributed:
