@@ -231,6 +231,75 @@ def _continue_command(args: list[str]) -> str:
     return " ".join(["date", "scale", *kept])
 
 
+@app.command("sweep")
+def sweep_command(
+    spec_path: SpecArg,
+    batches: Annotated[str, typer.Option(
+        "--batches", help="Global batch sizes, comma-separated (8k = 8192). The baseline's batch is "
+        "always run, as the reference.", show_default=False)],
+    schemes: Annotated[str, typer.Option(
+        "--schemes", help="Comma-separated: date, linear, none, lars, lamb, adam.")] = "date,linear",
+    repeats: Annotated[int, typer.Option("--repeats", "-r", min=1,
+                                         help="Seeds per cell: train.seed, train.seed + 1, ...")] = 1,
+    nproc: NprocOpt = 1,
+    jobs: Annotated[int, typer.Option(
+        "--jobs", "-j", min=1, help="Cells trained at once (the CPU threads are shared out).")] = 1,
+    output_dir: Annotated[Optional[Path], typer.Option(
+        "--output-dir", "-o", help="Sweep folder (default: sweeps/<spec name>).", show_default=False)] = None,
+    overrides: SetOpt = None,
+    lr_grid: Annotated[str, typer.Option(
+        "--lr-grid", help="Peak LRs tried by lars, lamb and adam; the best per batch is kept.")] = "",
+    tolerance: Annotated[str, typer.Option(
+        "--tolerance", help="How close to the baseline's metric counts as holding it: an amount in "
+        "the metric's units (0.3) or a percentage (5%).")] = "1%",
+    evals: Annotated[int, typer.Option(
+        "--evals", min=1, help="Evaluations per cell, evenly spaced (time-to-accuracy is read at them).")] = 10,
+    report_only: Annotated[bool, typer.Option(
+        "--report-only", help="Train nothing; write the report from the cells already run.")] = False,
+) -> None:
+    """Train the baseline at several batches under several schemes; report accuracy, time to accuracy
+    and speedup, with plots. Finished cells are skipped and interrupted ones resumed on a re-run."""
+    with user_errors():
+        from date_engine.recipes import get_recipe
+        from date_engine.sweep import (DEFAULT_LR_GRID, SweepOptions, Tolerance, parse_batches,
+                                       parse_lr_grid, parse_schemes, plan_sweep, run_sweep)
+
+        spec = _with_recipe_dataset_size(load_spec(spec_path, overrides or ()))
+        if spec.recipe is None:
+            raise DateError(f"{spec_path}: no recipe to train; add 'recipe: <name>' to the spec "
+                            "(see `date recipes`).")
+        recipe = get_recipe(spec.recipe)
+        recipe.parse_options(spec.model)
+        options = SweepOptions(
+            batches=parse_batches(batches), schemes=parse_schemes(schemes), repeats=repeats,
+            lr_grid=tuple(parse_lr_grid(lr_grid or DEFAULT_LR_GRID)), tolerance=Tolerance.parse(tolerance),
+            evals=evals, nproc=nproc, jobs=jobs)
+        cells = plan_sweep(spec, options)
+        root = output_dir or Path("sweeps") / spec_path.stem
+        console = Console(highlight=False)
+        settings = {"spec": str(spec_path), "recipe": recipe.name, "overrides": list(overrides or ()),
+                    "command": " ".join(["date", *map(shlex.quote, sys.argv[1:])])
+                    if sys.argv[1:2] == ["sweep"] else "",
+                    "batches": options.batches, "schemes": [s.name for s in options.schemes],
+                    "repeats": repeats, "tolerance": str(options.tolerance)}
+        if not report_only:
+            console.print(f"date sweep: {len(cells)} cells of {recipe.name} into {root}; finished "
+                          "cells are skipped, interrupted ones resumed.", soft_wrap=True)
+        summary, code = run_sweep(spec, cells, options, root, settings, console, train=not report_only)
+        _print_verdicts(console, summary, [s.name for s in options.schemes], root)
+    if code:
+        if code in (130, 143):
+            Console(stderr=True).print("stopped; every running cell wrote a checkpoint. Run the same "
+                                       "command again to continue.", soft_wrap=True)
+        raise typer.Exit(code)
+
+
+def _print_verdicts(console: Console, summary, schemes: list[str], root: Path) -> None:
+    for scheme, verdict in summary.verdicts(schemes).items():
+        console.print(f"[bold]{scheme}[/]: {verdict}.", soft_wrap=True)
+    console.print(f"report: {root / 'report.md'}", soft_wrap=True)
+
+
 @app.command("recipes")
 def recipes_command() -> None:
     """List the registered recipes: model, data set, parameters, training samples, metric."""

@@ -44,7 +44,7 @@ __all__ = [
     "apply_overrides",
 ]
 
-OptimizerName = Literal["sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw"]
+OptimizerName = Literal["sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw", "lars", "lamb"]
 
 # Options each base optimizer accepts, and torch's default for each (used when the spec is silent).
 _OPTIMIZER_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -55,7 +55,11 @@ _OPTIMIZER_DEFAULTS: dict[str, dict[str, Any]] = {
     "rmsprop": {"alpha": 0.99, "eps": 1e-8, "weight_decay": 0.0, "momentum": 0.0, "centered": False},
     "adam": {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amsgrad": False},
     "adamw": {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2, "amsgrad": False},
+    # the comparison optimizers of spec/DATE.md §4: they adapt per layer themselves
+    "lars": {"momentum": 0.9, "weight_decay": 0.0},
+    "lamb": {"betas": (0.9, 0.999), "eps": 1e-6, "weight_decay": 0.0},
 }
+LAYERWISE_OPTIMIZERS = ("lars", "lamb")
 
 # Defaults of the per-layer ratio rules (paper §3.5; see spec/DATE.md §3). The optimizer reads
 # these too, so there is one place to change them.
@@ -84,17 +88,18 @@ class OptimizerSpec(_Section):
     """
 
     name: OptimizerName = "momentum"
-    """sgd | momentum | nesterov | adagrad | rmsprop | adam | adamw."""
+    """sgd | momentum | nesterov | adagrad | rmsprop | adam | adamw, or lars | lamb (which bring
+    their own per-layer trust ratio, so they need ``date.layer_ratio.mode: off``)."""
     momentum: float | None = Field(default=None, ge=0.0, lt=1.0)
-    """Momentum factor (momentum, nesterov: default 0.9; rmsprop: default 0)."""
+    """Momentum factor (momentum, nesterov, lars: default 0.9; rmsprop: default 0)."""
     dampening: float | None = Field(default=None, ge=0.0, le=1.0)
     """Momentum dampening (momentum only; default 0)."""
     weight_decay: float | None = Field(default=None, ge=0.0)
     """L2 penalty (decoupled for adamw). Default 0, or 0.01 for adamw, as in torch."""
     betas: tuple[float, float] | None = None
-    """Adam's moment decay rates (adam, adamw; default [0.9, 0.999])."""
+    """Adam's moment decay rates (adam, adamw, lamb; default [0.9, 0.999])."""
     eps: float | None = Field(default=None, gt=0.0)
-    """Denominator term of adaptive optimizers (adagrad 1e-10; rmsprop, adam, adamw 1e-8)."""
+    """Denominator term of adaptive optimizers (adagrad 1e-10; rmsprop, adam, adamw 1e-8; lamb 1e-6)."""
     alpha: float | None = Field(default=None, gt=0.0, lt=1.0)
     """RMSprop's squared-gradient decay (default 0.99)."""
     centered: bool | None = None
@@ -274,6 +279,16 @@ class Spec(_Section):
     model: dict[str, Any] = Field(default_factory=dict)
     """Options of the recipe's model and data (e.g. ``hidden: 256``); the recipe validates them."""
 
+    @model_validator(mode="after")
+    def _one_layer_ratio(self) -> Spec:
+        name = self.baseline.optimizer.name
+        if name in LAYERWISE_OPTIMIZERS and self.date.layer_ratio.mode != "off":
+            raise ValueError(
+                f"baseline.optimizer {name} applies its own per-layer trust ratio; set "
+                "date.layer_ratio: {mode: off} (DATE's ratios would apply a second one)"
+            )
+        return self
+
     def fingerprint(self) -> str:
         """A short, stable hash of every setting that changes what training computes.
 
@@ -450,7 +465,8 @@ def _describe(err: Mapping[str, Any], overridden: set[str]) -> str:
     elif kind in ("tuple_type", "list_type", "too_short", "too_long"):
         text = f"{field}: {err['msg'].lower()}, got {got!r}."
     elif kind == "value_error":
-        text = f"{field}: {ctx.get('error', err['msg'])}."
+        reason = str(ctx.get("error", err["msg"]))
+        text = f"{field}: {reason}." if loc else f"{reason}."  # a whole-spec rule names its fields
     else:
         text = f"{field}: {err['msg']} (got {got!r})."
     if field in overridden or any(field.startswith(o + ".") for o in overridden):

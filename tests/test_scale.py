@@ -53,7 +53,7 @@ def final_model(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(newest, weights_only=True)["model"]
 
 
-def metrics(run_dir: Path, drop=("samples_per_s",)) -> list[dict]:
+def metrics(run_dir: Path, drop=("samples_per_s", "time_s")) -> list[dict]:
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in line.items() if k not in drop} for line in lines]
 

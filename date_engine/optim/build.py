@@ -8,15 +8,21 @@ from typing import Any
 import torch
 
 from date_engine.optim.date import DATE
-from date_engine.spec import LayerRatioSpec, OptimizerSpec
+from date_engine.optim.lamb import LAMB
+from date_engine.optim.lars import LARS
+from date_engine.spec import LAYERWISE_OPTIMIZERS, LayerRatioSpec, OptimizerSpec
 
 __all__ = ["build_base_optimizer", "build_optimizer"]
 
 
 def build_base_optimizer(params: Iterable[Any], spec: OptimizerSpec, lr: float) -> torch.optim.Optimizer:
     """The torch optimizer named by ``spec`` (sgd, momentum, nesterov, adagrad, rmsprop, adam,
-    adamw) at learning rate ``lr``, with the spec's options over torch's defaults."""
+    adamw; or this package's lars, lamb) at learning rate ``lr``, with the spec's options over the
+    defaults."""
     opts = spec.options()
+    if spec.name in LAYERWISE_OPTIMIZERS:
+        cls = LARS if spec.name == "lars" else LAMB
+        return cls(_trust_ratio_groups(params), lr=lr, **opts)
     if spec.name in ("sgd", "momentum"):
         return torch.optim.SGD(params, lr=lr, **opts)
     if spec.name == "nesterov":
@@ -26,15 +32,29 @@ def build_base_optimizer(params: Iterable[Any], spec: OptimizerSpec, lr: float) 
     return cls(params, lr=lr, **opts)
 
 
+def _trust_ratio_groups(params: Iterable[Any]) -> list[dict[str, Any]]:
+    """LARS/LAMB param groups: as usual for these optimizers, biases and other tensors with
+    ``ndim <= 1`` take the plain update (no trust ratio), as DATE leaves them unadapted too."""
+    items = [p if isinstance(p, tuple) else (None, p) for p in params]
+    groups = [
+        {"params": [p for _, p in items if p.ndim > 1], "layer_ratio": True},
+        {"params": [p for _, p in items if p.ndim <= 1], "layer_ratio": False},
+    ]
+    return [g for g in groups if g["params"]]
+
+
 def build_optimizer(
     params: Iterable[Any],
     optimizer: OptimizerSpec,
     layer_ratio: LayerRatioSpec,
     lr: float,
-) -> DATE:
-    """DATE over the spec's base optimizer. Pass ``model.named_parameters()`` so that DATE knows
-    parameter names; ``lr`` is normally the plan's peak LR, scaled step by step by the schedule."""
+) -> torch.optim.Optimizer:
+    """DATE over the spec's base optimizer (LARS and LAMB as they are: they adapt per layer
+    themselves). Pass ``model.named_parameters()`` so that DATE knows parameter names; ``lr`` is
+    normally the plan's peak LR, scaled step by step by the schedule."""
     base = build_base_optimizer(params, optimizer, lr)
+    if optimizer.name in LAYERWISE_OPTIMIZERS:
+        return base
     return DATE(
         base,
         mode=layer_ratio.mode,

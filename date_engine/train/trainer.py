@@ -130,6 +130,8 @@ class _Run:
         self.seed = self.spec.train.seed
         self.restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self._window: tuple[float, int] = (0.0, 0)  # loss sum and steps since the last log line
+        # training time (evaluations left out) of earlier attempts, and this attempt's clock
+        self._time_before, self._clock_start, self._eval_seconds = 0.0, time.perf_counter(), 0.0
 
     # ------------------------------------------------------------------ setup
 
@@ -281,6 +283,7 @@ class _Run:
             mine = payload["ranks"][rt.rank]
             ckpt.restore_rng(mine["rng"])
             self._window = tuple(mine["log_window"])
+            self._time_before = float(payload.get("train_seconds", 0.0))
         self.console.print(f"resuming from {path} (step {payload['step']})", soft_wrap=True)
         return start, payload
 
@@ -300,6 +303,7 @@ class _Run:
             "format": ckpt.FORMAT,
             "step": step,
             "samples_seen": step * self.run_plan.target_batch,
+            "train_seconds": self._train_seconds(),
             "sampler": {"samples_per_process": step * self.run_plan.micro_batch
                         * self.run_plan.accumulation_steps, "seed": self.seed},
             "model": model.state_dict(),
@@ -337,6 +341,7 @@ class _Run:
         window_start, window_steps = time.perf_counter(), self._window[1]
         loss_sum = torch.tensor(self._window[0], device=rt.device)
         run_start, checkpoint_path, stopped_by = time.perf_counter(), None, None
+        self._clock_start, self._eval_seconds = run_start, 0.0
         done = start  # the last step whose optimizer update is complete
         saved = start
         try:
@@ -446,6 +451,7 @@ class _Run:
             "step": step, "epoch": round(epoch, 6), "lr": lr, "loss": loss.item(),
             "grad_norm": grad_norm.item() if grad_norm is not None else None,
             "samples_per_s": window_steps * self.run_plan.target_batch / elapsed if elapsed > 0 else 0.0,
+            "time_s": round(self._train_seconds(), 3),
         }
         ratios = getattr(optimizer, "last_ratios", None)
         if ratios is not None and ratios.numel():
@@ -453,9 +459,16 @@ class _Run:
             record.update(ratio_min=lo, ratio_median=mid, ratio_max=hi)
         return record
 
+    def _train_seconds(self) -> float:
+        """Seconds spent training so far, over every attempt of the run, evaluations left out:
+        the clock of time-to-accuracy."""
+        return self._time_before + time.perf_counter() - self._clock_start - self._eval_seconds
+
     @torch.no_grad()
     def _eval_and_log(self, model, data: RecipeData, step: int, metrics: MetricsLog | None) -> float:
         rt = self.rt
+        began = time.perf_counter()
+        train_seconds = self._train_seconds()
         model.eval()
         shard = list(range(rt.rank, len(data.eval), rt.world_size))
         loader = torch.utils.data.DataLoader(
@@ -475,7 +488,9 @@ class _Run:
         model.train()
         value = self.recipe.metric(totals)
         if metrics is not None:
-            metrics.write({"step": step, "eval": {self.recipe.metric_name: value}})
+            metrics.write({"step": step, "eval": {self.recipe.metric_name: value},
+                           "time_s": round(train_seconds, 3)})
+        self._eval_seconds += time.perf_counter() - began
         return value
 
     def _nonfinite(self, step: int, step_loss) -> None:

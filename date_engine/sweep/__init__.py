@@ -1,0 +1,102 @@
+"""``date sweep``: train a baseline at several batch sizes under several schemes and compare.
+
+Data flows as everywhere else: spec → one spec and plan per cell (:mod:`.grid`, with the schemes of
+:mod:`.schemes`) → ``date scale`` per cell (:mod:`.runner`) → results read back from the cells'
+folders (:mod:`.results`) → results.csv/json, report.md and figures (:mod:`.report`).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from date_engine.spec import Spec
+from date_engine.sweep.grid import Cell, PlannedCell, build_cells, parse_batches, parse_lr_grid
+from date_engine.sweep.results import CellResult, Summary, Tolerance, read_cell, summarize
+from date_engine.sweep.schemes import BASELINE, SCHEMES, Scheme, parse_schemes
+
+__all__ = ["SCHEMES", "Cell", "SweepOptions", "Tolerance", "parse_batches", "parse_lr_grid",
+           "parse_schemes", "plan_sweep", "run_sweep"]
+
+DEFAULT_LR_GRID = "1e-4,3e-4,1e-3,3e-3,1e-2"
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    batches: list[int]
+    schemes: list[Scheme]
+    repeats: int = 1
+    lr_grid: tuple[float, ...] = ()
+    tolerance: Tolerance = Tolerance(0.01, True)
+    evals: int = 10
+    nproc: int = 1
+    jobs: int = 1
+
+
+def plan_sweep(spec: Spec, options: SweepOptions) -> list[PlannedCell]:
+    """Every cell of the sweep, validated, with its plan."""
+    seeds = [spec.train.seed + i for i in range(options.repeats)]
+    return build_cells(spec, options.batches, options.schemes, seeds, list(options.lr_grid),
+                       world_size=options.nproc, evals=options.evals)
+
+
+def run_sweep(spec: Spec, cells: list[PlannedCell], options: SweepOptions, root: Path,
+              settings: dict[str, Any], console: Console, train: bool = True) -> tuple[Summary, int]:
+    """Train the cells not yet finished (unless ``train`` is False), then write every output."""
+    from date_engine.recipes import get_recipe
+    from date_engine.sweep.report import write_outputs
+    from date_engine.sweep.runner import cell_folder, run_cells
+
+    recipe = get_recipe(settings["recipe"])
+    names = [s.name for s in options.schemes]
+    threads = max(1, (os.cpu_count() or 1) // max(1, options.jobs * options.nproc))
+    settings = {**settings, "machine": machine(), "threads": threads, "jobs": options.jobs,
+                "nproc": options.nproc, "evals": options.evals, "lr_grid": list(options.lr_grid)}
+    root.mkdir(parents=True, exist_ok=True)
+
+    def report(results: list[CellResult]) -> Summary:
+        summary = summarize(results, recipe.metric_name, recipe.higher_is_better, options.tolerance, names)
+        write_outputs(root, summary, results, settings, names)
+        return summary
+
+    code = 0
+    if train:
+        results, code = run_cells(root, cells, nproc=options.nproc, jobs=options.jobs,
+                                  metric_name=recipe.metric_name, console=console, on_change=report)
+    else:
+        results = [read_cell(p.cell, cell_folder(root, p), recipe.metric_name) for p in cells]
+    return report(results), code
+
+
+def machine() -> str:
+    """The machine the sweep ran on, in words, for the report."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        torch_version = "?"
+    gpu = ""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = f", {torch.cuda.device_count()} × {torch.cuda.get_device_name(0)}"
+    except ImportError:
+        pass
+    return f"{cpu}, {os.cpu_count()} logical CPUs{gpu}, {platform.system()}, torch {torch_version}"
+
+
+__all__ += ["BASELINE"]

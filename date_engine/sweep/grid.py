@@ -1,0 +1,133 @@
+"""The cells of a sweep: one training run per (batch, scheme, grid LR, seed), each with its spec.
+
+Every cell's spec is validated and its plan derived before anything trains, so that a batch the
+scheme cannot reach (LEGW's warmup outlasting training, a batch larger than the data set) is
+reported at once, not hours into the sweep.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from date_engine.errors import DateError, PlanError
+from date_engine.plan import Plan, derive_plan
+from date_engine.spec import Spec, parse_spec
+from date_engine.sweep.schemes import BASELINE, Scheme, baseline
+
+__all__ = ["Cell", "build_cells", "parse_batches", "parse_lr_grid"]
+
+LOG_LINES = 100
+"""About how many training-loss lines each cell writes (its loss curve)."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    scheme: str
+    """A scheme's name, or 'baseline' for the cells at the baseline batch."""
+    batch: int
+    seed: int
+    lr: float | None = None
+    """The grid LR of schemes that search one (lars, lamb, adam); None for the others."""
+
+    @property
+    def name(self) -> str:
+        lr = f"-lr{self.lr:g}" if self.lr is not None else ""
+        return f"{self.scheme}-B{self.batch}{lr}-s{self.seed}"
+
+
+@dataclass(frozen=True)
+class PlannedCell:
+    cell: Cell
+    spec: dict[str, Any]
+    """The cell's spec as a plain mapping, as written to its folder."""
+    plan: Plan
+
+
+def parse_batches(text: str) -> list[int]:
+    """``"1024,4096"`` (also with ``k``/``K`` for 1024: ``"8k"``) -> sorted distinct batches."""
+    batches = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            value = int(part[:-1]) * 1024 if part[-1] in "kK" else int(part)
+        except ValueError:
+            raise DateError(f"--batches: '{part}' is not a whole number; write e.g. --batches 1024,4096,16k.") \
+                from None
+        if value < 1:
+            raise DateError(f"--batches: {value} is not a positive batch size.")
+        batches.append(value)
+    if not batches:
+        raise DateError("--batches: no batch size given; write e.g. --batches 1024,4096.")
+    return sorted(set(batches))
+
+
+def parse_lr_grid(text: str) -> list[float]:
+    """``"1e-3,3e-3"`` -> the grid of peak LRs for lars, lamb and adam."""
+    values = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            value = float(part)
+        except ValueError:
+            raise DateError(f"--lr-grid: '{part}' is not a number; write e.g. --lr-grid 1e-3,3e-3,1e-2.") \
+                from None
+        if not value > 0 or math.isinf(value):
+            raise DateError(f"--lr-grid: {part} is not a positive learning rate.")
+        values.append(value)
+    if not values:
+        raise DateError("--lr-grid: no learning rate given; write e.g. --lr-grid 1e-3,3e-3,1e-2.")
+    return sorted(set(values))
+
+
+def build_cells(
+    spec: Spec,
+    batches: list[int],
+    schemes: list[Scheme],
+    seeds: list[int],
+    lr_grid: list[float],
+    world_size: int = 1,
+    evals: int = 10,
+) -> list[PlannedCell]:
+    """Every cell of the sweep, baseline cells first, each with a validated spec and its plan.
+
+    The cells at the baseline batch B0 are the baseline (the spec with ratios off); the schemes run
+    at every other batch. ``evals`` evaluations per cell are spread evenly over its steps, so that
+    time-to-accuracy can be read off; about ``LOG_LINES`` training-loss lines are logged.
+    """
+    raw = spec.model_dump(mode="json", exclude_none=True)
+    b0 = spec.baseline.batch_size
+    wanted: list[tuple[Cell, dict[str, Any]]] = [
+        (Cell(BASELINE, b0, seed), baseline(raw)) for seed in seeds
+    ]
+    for batch in batches:
+        if batch == b0:
+            continue
+        for scheme in schemes:
+            for lr in (lr_grid if scheme.uses_grid else [None]):
+                for seed in seeds:
+                    wanted.append((Cell(scheme.name, batch, seed, lr), scheme.apply(raw, lr)))
+    planned = []
+    for cell, cell_raw in wanted:
+        cell_raw.setdefault("train", {})["seed"] = cell.seed
+        cell_spec = parse_spec(cell_raw, source=f"sweep cell {cell.name}")
+        try:
+            plan = derive_plan(cell_spec, cell.batch, world_size=world_size,
+                               micro_batch=cell_spec.train.micro_batch)
+        except PlanError as exc:
+            raise DateError(f"cell {cell.name} ({_what(cell)}): {exc}") from None
+        train = cell_raw["train"]
+        train["eval_every"] = max(1, math.ceil(plan.total_iterations / max(evals, 1)))
+        train["log_every"] = max(1, round(plan.total_iterations / LOG_LINES))
+        planned.append(PlannedCell(cell, cell_raw, plan))
+    return planned
+
+
+def _what(cell: Cell) -> str:
+    if cell.scheme == BASELINE:
+        return f"the baseline at batch {cell.batch}"
+    lr = f" at lr {cell.lr:g}" if cell.lr is not None else ""
+    return f"scheme {cell.scheme}{lr}, batch {cell.batch}"

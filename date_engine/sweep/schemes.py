@@ -1,0 +1,123 @@
+"""The scaling schemes a sweep compares, each as a change to the baseline spec.
+
+A scheme says how to train the baseline at another batch. It is a function of the spec (as a plain
+mapping) and, for the schemes that have no baseline LR to scale from, a peak LR from a grid:
+
+- ``date``: what ``date scale`` does: √k LR, LEGW warmup (k·w0 epochs), linear decay to the
+  floor, the spec's per-layer ratios (dynamic by default).
+- ``linear``: linear scaling + constant-epoch warmup + the baseline's own decay, ratios off: what
+  practitioners do today (Goyal et al.).
+- ``none``: the baseline's LR and warmup epochs unchanged, ratios off.
+- ``lars``, ``lamb``: those optimizers (spec/DATE.md §4) at each LR of the grid, LEGW warmup.
+- ``adam``: Adam at each LR of the grid, LEGW warmup: the tuned-Adam comparison; the sweep keeps
+  the best LR per batch.
+
+The baseline itself (the cells at B0) is the spec as written with the per-layer ratios off: the
+small-batch run the user already has.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from date_engine.errors import DateError
+
+__all__ = ["BASELINE", "SCHEMES", "Scheme", "parse_schemes"]
+
+Raw = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Scheme:
+    name: str
+    summary: str
+    """One line for the report: what the scheme does."""
+    apply: Callable[[Raw, float | None], Raw]
+    """(spec mapping, grid LR or None) -> the spec mapping of a cell."""
+    uses_grid: bool = False
+    """True: run at every LR of the grid and keep the best per batch."""
+
+
+def _date(raw: Raw, lr: float | None) -> Raw:
+    return _with(raw, {"date": {"scaling": "sqrt", "warmup": "legw"}})
+
+
+def _linear(raw: Raw, lr: float | None) -> Raw:
+    return _ratios_off(_with(raw, {"date": {"scaling": "linear", "warmup": "constant"}}))
+
+
+def _none(raw: Raw, lr: float | None) -> Raw:
+    return _ratios_off(_with(raw, {"date": {"scaling": "none", "warmup": "constant"}}))
+
+
+def _optimizer(name: str, **defaults: Any) -> Callable[[Raw, float | None], Raw]:
+    def apply(raw: Raw, lr: float | None) -> Raw:
+        assert lr is not None
+        weight_decay = raw["baseline"].get("optimizer", {}).get("weight_decay")
+        optimizer = {"name": name, **defaults}
+        if weight_decay is not None:
+            optimizer["weight_decay"] = weight_decay
+        out = _with(raw, {"baseline": {"lr": lr}, "date": {"scaling": "none", "warmup": "legw"}})
+        out["baseline"]["optimizer"] = optimizer  # replaced whole: the old one's options may not apply
+        return _ratios_off(out)
+
+    return apply
+
+
+def baseline(raw: Raw) -> Raw:
+    """The baseline cell's spec: as written, without DATE's per-layer ratios."""
+    return _ratios_off(copy.deepcopy(raw))
+
+
+BASELINE = "baseline"
+
+SCHEMES: dict[str, Scheme] = {
+    s.name: s
+    for s in (
+        Scheme("date", "DATE: √k·η0, LEGW warmup (k·w0 epochs), linear decay to the floor, the spec's "
+                       "per-layer ratios", _date),
+        Scheme("linear", "linear scaling k·η0, constant warmup (w0 epochs), the same decay, no per-layer "
+                         "ratios (Goyal et al.)", _linear),
+        Scheme("none", "η0 and w0 epochs of warmup unchanged, the same decay, no per-layer ratios", _none),
+        Scheme("lars", "LARS (momentum 0.9) at each LR of the grid, LEGW warmup, the same decay; best LR "
+                       "kept", _optimizer("lars", momentum=0.9), uses_grid=True),
+        Scheme("lamb", "LAMB (β = 0.9, 0.999) at each LR of the grid, LEGW warmup, the same decay; best "
+                       "LR kept", _optimizer("lamb"), uses_grid=True),
+        Scheme("adam", "Adam (β = 0.9, 0.999) at each LR of the grid, LEGW warmup, the same decay; best "
+                       "LR kept (the tuned-Adam comparison)", _optimizer("adam"), uses_grid=True),
+    )
+}
+
+
+def parse_schemes(text: str) -> list[Scheme]:
+    """``"date,linear"`` -> the schemes, in the order given, each once."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise DateError(f"--schemes: no scheme named; choose from {', '.join(SCHEMES)}.")
+    unknown = [n for n in names if n not in SCHEMES]
+    if unknown:
+        raise DateError(f"--schemes: unknown scheme '{unknown[0]}'; choose from {', '.join(SCHEMES)}.")
+    return [SCHEMES[n] for n in dict.fromkeys(names)]
+
+
+def _ratios_off(raw: Raw) -> Raw:
+    raw.setdefault("date", {})["layer_ratio"] = {"mode": "off"}  # whole: mode options go with it
+    return raw
+
+
+def _with(raw: Raw, changes: Raw) -> Raw:
+    """A deep copy of ``raw`` with ``changes`` merged in, section by section."""
+    out = copy.deepcopy(raw)
+
+    def merge(into: Raw, new: Raw) -> None:
+        for key, value in new.items():
+            if isinstance(value, dict) and isinstance(into.get(key), dict):
+                merge(into[key], value)
+            else:
+                into[key] = copy.deepcopy(value)
+
+    merge(out, changes)
+    return out

@@ -1,0 +1,107 @@
+"""`date sweep` end to end on lenet-digits: real cells through `date scale`, reports, resumption."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.conftest import ROOT
+from tests.test_scale import SPEC, date, finish, final_model
+
+SHORT = ["--set", "baseline.epochs=3", "--set", "baseline.warmup_epochs=0.1"]
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "digits"
+    result = date("sweep", SPEC, "--batches", "64", "--schemes", "date,linear", "--tolerance", "5",
+                  *SHORT, "-o", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out, result
+
+
+def test_sweep_trains_every_cell_and_reports(swept):
+    out, result = swept
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert [(r["scheme"], r["batch"], r["status"]) for r in rows] == \
+        [("baseline", "16", "done"), ("date", "64", "done"), ("linear", "64", "done")]
+    for row in rows:  # each row is what that cell's own run reported
+        summary = json.loads((out / "cells" / f"{row['scheme']}-B{row['batch']}-s0" / "summary.json").read_text())
+        assert float(row["metric"]) == pytest.approx(summary["metric"])
+        assert int(row["steps"]) == summary["total_steps"]
+    assert [int(r["steps"]) for r in rows] == [270, 68, 68]  # 3 epochs of 1437: 4× fewer steps at 64
+    assert rows[0]["time_to_target_s"] != ""  # the baseline reaches its own accuracy less 5 points
+
+    data = json.loads((out / "results.json").read_text())
+    assert set(data["verdicts"]) == {"date", "linear"}
+    assert data["settings"]["tolerance"] == "5" and data["settings"]["command"].startswith("date sweep")
+    report = (out / "report.md").read_text()
+    assert "## Verdict" in report and "| 64 | 4 | date |" in report and "| 16 | 1 | baseline |" in report
+    for name in ("metric_vs_batch.png", "time_to_target.png", "lr_curves.png", "loss_curves.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    assert "report: " in result.stdout
+
+
+def test_a_rerun_skips_finished_cells(swept):
+    out, _ = swept
+    logs = {p: p.stat().st_mtime_ns for p in out.glob("cells/*/log.txt")}
+    before = (out / "results.csv").read_text()
+    result = date("sweep", SPEC, "--batches", "64", "--schemes", "date,linear", "--tolerance", "5",
+                  *SHORT, "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert {p: p.stat().st_mtime_ns for p in out.glob("cells/*/log.txt")} == logs  # nothing ran
+    assert (out / "results.csv").read_text() == before
+    report_only = date("sweep", SPEC, "--batches", "64", "--schemes", "date,linear", "--tolerance", "5",
+                       *SHORT, "-o", out, "--report-only")
+    assert report_only.returncode == 0 and (out / "results.csv").read_text() == before
+
+
+def test_an_interrupted_sweep_resumes_its_cell_exactly(tmp_path):
+    out = tmp_path / "sweep"
+    args = ["sweep", SPEC, "--batches", "64", "--schemes", "date", "--set", "baseline.epochs=12",
+            "--set", "baseline.warmup_epochs=0.1", "--set", "train.checkpoint_every=20", "-o", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "date_engine", *args], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    checkpoints = out / "cells" / "baseline-B16-s0" / "checkpoints"
+    deadline = time.monotonic() + 120
+    while not (checkpoints.is_dir() and any(checkpoints.glob("step-*.pt"))):
+        assert proc.poll() is None and time.monotonic() < deadline, finish(proc)
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = finish(proc)
+    assert proc.returncode == 143, stderr
+    assert "Run the same command again" in stderr
+    cell = out / "cells" / "baseline-B16-s0"
+    assert json.loads((cell / "summary.json").read_text())["stopped_by"] == "SIGTERM"
+    assert not (cell / "RUNNING").exists()
+
+    again = date(*args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "resuming from" in (cell / "log.txt").read_text()
+    threads = str(os.cpu_count())  # as the sweep's one job had: the same summation order
+    alone = date("scale", cell / "cell.yaml", "--batch", "16", "-o", tmp_path / "alone",
+                 env={"OMP_NUM_THREADS": threads})
+    assert alone.returncode == 0, alone.stderr
+    resumed, uninterrupted = final_model(cell), final_model(tmp_path / "alone")
+    assert all(torch.equal(resumed[k], uninterrupted[k]) for k in resumed)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batches", "64,lots"], "--batches: 'lots' is not a whole number"),
+    (["--batches", "64", "--schemes", "date,goyal"], "unknown scheme 'goyal'"),
+    (["--batches", "64", "--tolerance", "some"], "--tolerance: 'some' is not a tolerance"),
+    (["--batches", "64", "--lr-grid", "0"], "--lr-grid: 0 is not a positive learning rate"),
+    (["--batches", "4096"], "batch 4096 is larger than the data set"),
+])
+def test_bad_sweep_input_is_one_sentence(args, message, tmp_path):
+    result = date("sweep", SPEC, *args, "-o", tmp_path / "never")
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "never").exists()

@@ -1,0 +1,213 @@
+"""`date sweep`'s parts without training: schemes, cells, tolerances, results and verdicts."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from date_engine.errors import DateError
+from date_engine.spec import parse_spec
+from date_engine.sweep import SCHEMES, SweepOptions, Tolerance, parse_batches, parse_lr_grid, \
+    parse_schemes, plan_sweep
+from date_engine.sweep.grid import Cell
+from date_engine.sweep.results import CellResult, read_cell, summarize
+from date_engine.sweep.runner import LOCK, prepare_cell
+
+BASE = {
+    "recipe": "lenet-digits",
+    "baseline": {"batch_size": 16, "lr": 1e-3, "warmup_epochs": 0.25, "epochs": 8,
+                 "dataset_size": 1437, "optimizer": {"name": "rmsprop", "alpha": 0.9}},
+    "date": {"layer_ratio": {"mode": "dynamic", "gamma": 4.0}},
+}
+
+
+def cells_of(spec: dict, batches, schemes="date,linear,none,lars,lamb,adam", repeats=1,
+             grid=(1e-3, 1e-2), evals=10):
+    options = SweepOptions(batches=parse_batches(batches), schemes=parse_schemes(schemes),
+                           repeats=repeats, lr_grid=tuple(grid), evals=evals)
+    return plan_sweep(parse_spec(spec), options)
+
+
+# ------------------------------------------------------------------ parsing
+
+
+def test_batches_accept_k_and_sort():
+    assert parse_batches("4k, 1024,1024,256") == [256, 1024, 4096]
+    for bad in ("", "12x", "0"):
+        with pytest.raises(DateError, match="--batches"):
+            parse_batches(bad)
+
+
+def test_lr_grid_and_schemes_reject_bad_values():
+    assert parse_lr_grid("1e-2,1e-3") == [1e-3, 1e-2]
+    for bad in ("", "fast", "-1e-3", "inf"):
+        with pytest.raises(DateError, match="--lr-grid"):
+            parse_lr_grid(bad)
+    assert [s.name for s in parse_schemes("linear,date,linear")] == ["linear", "date"]
+    with pytest.raises(DateError, match="unknown scheme 'goyal'.*date, linear"):
+        parse_schemes("date,goyal")
+
+
+def test_tolerance_absolute_and_relative():
+    points, share = Tolerance.parse("0.3"), Tolerance.parse("5%")
+    assert points.target(99.0, True) == pytest.approx(98.7)
+    assert share.target(120.0, False) == pytest.approx(126.0)  # perplexity: 5% above is the limit
+    assert (str(points), str(share)) == ("0.3", "5%")
+    with pytest.raises(DateError, match="--tolerance"):
+        Tolerance.parse("a little")
+
+
+# ------------------------------------------------------------------ schemes and cells
+
+
+def test_each_scheme_derives_its_own_schedule():
+    cells = {c.cell.name: c for c in cells_of(BASE, "256")}  # k = 16
+    base = cells["baseline-B16-s0"]
+    assert base.spec["date"]["layer_ratio"] == {"mode": "off"} and base.plan.peak_lr == 1e-3
+
+    date = cells["date-B256-s0"]
+    assert date.plan.peak_lr == pytest.approx(4e-3) and date.plan.warmup_epochs == pytest.approx(4.0)
+    assert date.spec["date"]["layer_ratio"] == {"mode": "dynamic", "gamma": 4.0}  # the spec's own
+
+    linear = cells["linear-B256-s0"]
+    assert linear.plan.peak_lr == pytest.approx(16e-3) and linear.plan.warmup_epochs == 0.25
+    assert linear.spec["date"]["layer_ratio"] == {"mode": "off"}  # gamma went with the mode
+    assert linear.spec["baseline"]["optimizer"] == BASE["baseline"]["optimizer"]
+
+    none = cells["none-B256-s0"]
+    assert none.plan.peak_lr == 1e-3 and none.plan.warmup_epochs == 0.25
+
+    for name in ("lars", "lamb", "adam"):
+        grid = cells[f"{name}-B256-lr0.01-s0"]
+        assert grid.spec["baseline"]["optimizer"] == {"name": name, **({"momentum": 0.9} if name == "lars" else {})}
+        assert grid.plan.peak_lr == 1e-2 and grid.plan.warmup_epochs == pytest.approx(4.0)
+        assert grid.spec["date"]["layer_ratio"] == {"mode": "off"}
+    # every scheme keeps the baseline's epochs: same samples, k times fewer steps
+    assert {c.plan.total_epochs for c in cells.values()} == {base.plan.total_epochs}
+    assert date.plan.total_iterations == math.ceil(base.plan.total_iterations / 16)
+
+
+def test_grid_schemes_keep_the_baselines_weight_decay():
+    spec = {**BASE, "baseline": {**BASE["baseline"], "optimizer": {"name": "momentum", "weight_decay": 5e-4}}}
+    cells = {c.cell.name: c for c in cells_of(spec, "64", "lamb", grid=(1e-3,))}
+    assert cells["lamb-B64-lr0.001-s0"].spec["baseline"]["optimizer"] == {"name": "lamb", "weight_decay": 5e-4}
+
+
+def test_cells_cover_seeds_grid_and_skip_the_baseline_batch():
+    cells = cells_of(BASE, "16,64,128", "date,adam", repeats=2, grid=(1e-3, 3e-3, 1e-2))
+    names = [c.cell.name for c in cells]
+    assert names[:2] == ["baseline-B16-s0", "baseline-B16-s1"]
+    assert len(names) == len(set(names)) == 2 + 2 * 2 * (1 + 3)  # batch 16 is the baseline only
+    assert all(c.spec["train"]["seed"] == c.cell.seed for c in cells)
+    for c in cells:
+        assert c.spec["train"]["eval_every"] == math.ceil(c.plan.total_iterations / 10)
+
+
+def test_a_batch_legw_cannot_reach_names_the_cell():
+    # 8 epochs with 0.25 warmup epochs: at k = 64 LEGW would warm up for 16 epochs
+    with pytest.raises(DateError, match=r"cell date-B1024-s0 \(scheme date, batch 1024\).*warmup"):
+        cells_of(BASE, "256,1024", "linear,date")
+
+
+def test_layerwise_optimizers_need_ratios_off():
+    spec = {**BASE, "baseline": {**BASE["baseline"], "optimizer": {"name": "lars"}}}
+    with pytest.raises(DateError, match="lars applies its own per-layer trust ratio"):
+        parse_spec(spec)
+
+
+# ------------------------------------------------------------------ results and verdicts
+
+
+def result(scheme, batch, seed, metric, evals, steps=100, lr=None, status="done"):
+    r = CellResult(Cell(scheme, batch, seed, lr), status, metric=metric, steps=steps, total_steps=steps)
+    r.evals = evals
+    return r
+
+
+def test_summary_time_to_target_speedup_and_verdict():
+    results = [
+        result("baseline", 16, 0, 90.0, [(50, 5.0, 80.0), (100, 10.0, 89.6)], steps=400),
+        result("baseline", 16, 1, 92.0, [(50, 5.0, 89.5), (100, 10.0, 92.0)], steps=400),
+        # target = 91 - 2 = 89: seed 0 reaches it at 10 s, seed 1 at 5 s -> baseline 7.5 s
+        result("date", 64, 0, 91.0, [(10, 1.0, 85.0), (20, 2.0, 89.0)]),
+        result("date", 64, 1, 90.0, [(10, 1.0, 89.5), (20, 2.0, 90.0)]),
+        result("date", 256, 0, 80.0, [(5, 0.5, 70.0), (10, 1.0, 80.0)]),
+        result("date", 256, 1, 82.0, [(5, 0.5, 75.0), (10, 1.0, 82.0)]),
+    ]
+    summary = summarize(results, "accuracy", True, Tolerance.parse("2"), ["date"])
+    assert summary.baseline.mean == 91.0 and summary.target == 89.0
+    assert summary.baseline.time_to_target_s == 7.5
+    at64, at256 = summary.groups
+    assert at64.holds and at64.delta == pytest.approx(-0.5)
+    assert at64.time_to_target_s == 1.5 and at64.speedup == pytest.approx(5.0)
+    assert not at256.holds and at256.time_to_target_s is None and at256.reached == 0
+    verdict = summary.verdicts(["date"])["date"]
+    assert verdict.startswith("holds accuracy up to 64; at 256 it falls to 81")
+    assert "5.00× faster" in verdict and "4× fewer steps" in verdict
+
+
+def test_lower_is_better_and_divergence():
+    results = [
+        result("baseline", 20, 0, 100.0, [(10, 10.0, 150.0), (20, 20.0, 100.0)]),
+        result("linear", 320, 0, None, [], status="diverged"),
+        result("date", 320, 0, 104.0, [(1, 1.0, 130.0), (2, 2.0, 104.0)]),
+    ]
+    summary = summarize(results, "perplexity", False, Tolerance.parse("5%"), ["date", "linear"])
+    date, linear = summary.groups
+    assert date.holds and date.speedup == pytest.approx(10.0)
+    assert linear.holds is False
+    verdicts = summary.verdicts(["date", "linear"])
+    assert verdicts["linear"] == "does not hold accuracy: at 320 it diverges"
+
+
+def test_grid_keeps_the_best_mean_lr():
+    results = [result("baseline", 16, 0, 90.0, [(1, 1.0, 90.0)])]
+    for lr, metrics in ((1e-3, (85.0, 86.0)), (1e-2, (91.0, 88.0)), (1e-1, (None, None))):
+        for seed, m in enumerate(metrics):
+            results.append(result("adam", 64, seed, m, [], lr=lr, status="done" if m else "diverged"))
+    group, = summarize(results, "accuracy", True, Tolerance.parse("1"), ["adam"]).groups
+    assert group.grid_lr == 1e-2 and group.mean == 89.5
+    assert group.tried == {1e-3: 85.5, 1e-2: 89.5, 1e-1: None}
+
+
+def test_read_cell_follows_a_run_folder(tmp_path):
+    cell = Cell("date", 64, 0)
+    assert read_cell(cell, tmp_path, "accuracy").status == "pending"
+    (tmp_path / "plan.json").write_text(json.dumps(
+        {"total_iterations": 30, "peak_lr": 2e-3, "warmup_epochs": 1.0, "total_epochs": 4.0}))
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step": 10, "epoch": 1.3, "lr": 0.002, "loss": 1.5, "time_s": 2.0}\n'
+        '{"step": 15, "eval": {"accuracy": 70.0}, "time_s": 3.0}\n'
+        '{"step": 20, "epoch": 2.6, "lr": 0.0')  # cut short by a kill
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "step-000010.pt").write_bytes(b"")
+    partial = read_cell(cell, tmp_path, "accuracy")
+    assert (partial.status, partial.steps, partial.evals, partial.losses) == \
+        ("partial", 10, [(15, 3.0, 70.0)], [(1.3, 1.5)])
+    (tmp_path / "summary.json").write_text(json.dumps(
+        {"stopped_by": None, "steps": 30, "total_steps": 30, "metric": 91.0, "wall_time_s": 9.0,
+         "samples_per_s": 200.0}))
+    done = read_cell(cell, tmp_path, "accuracy")
+    assert (done.status, done.metric, done.steps) == ("done", 91.0, 30)
+    (tmp_path / "FAILED.json").write_text("{}")
+    assert read_cell(cell, tmp_path, "accuracy").status == "diverged"
+
+
+def test_a_cell_folder_is_not_shared(tmp_path):
+    planned = cells_of(BASE, "64", "date")[1]
+    folder = prepare_cell(tmp_path, planned)
+    (folder / LOCK).write_text(str(__import__("os").getpid()))  # a live process holds it
+    with pytest.raises(DateError, match="is being trained by process"):
+        prepare_cell(tmp_path, planned)
+    (folder / LOCK).write_text("999999999")  # a dead one does not
+    prepare_cell(tmp_path, planned)
+    other = cells_of({**BASE, "baseline": {**BASE["baseline"], "lr": 2e-3}}, "64", "date")[1]
+    with pytest.raises(DateError, match="trained with other settings"):
+        prepare_cell(tmp_path, other)
+
+
+def test_every_scheme_is_documented():
+    assert set(SCHEMES) == {"date", "linear", "none", "lars", "lamb", "adam"}
+    assert all(s.summary for s in SCHEMES.values())
