@@ -286,7 +286,8 @@ def sweep_command(
             console.print(f"date sweep: {len(cells)} cells of {recipe.name} into {root}; finished "
                           "cells are skipped, interrupted ones resumed.", soft_wrap=True)
         summary, code = run_sweep(spec, cells, options, root, settings, console, train=not report_only)
-        _print_verdicts(console, summary, [s.name for s in options.schemes], root)
+        if code != 2:  # after a refused input the error above is all there is to say
+            _print_verdicts(console, summary, [s.name for s in options.schemes], root)
     if code:
         if code in (130, 143):
             Console(stderr=True).print("stopped; every running cell wrote a checkpoint. Run the same "

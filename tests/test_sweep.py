@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,7 +24,7 @@ SHORT = ["--set", "baseline.epochs=3", "--set", "baseline.warmup_epochs=0.1"]
 def swept(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep") / "digits"
     result = date("sweep", SPEC, "--batches", "64", "--schemes", "date,linear", "--tolerance", "5",
-                  *SHORT, "-o", out)
+                  "--jobs", "2", *SHORT, "-o", out)
     assert result.returncode == 0, result.stdout + result.stderr
     return out, result
 
@@ -55,13 +56,15 @@ def test_a_rerun_skips_finished_cells(swept):
     logs = {p: p.stat().st_mtime_ns for p in out.glob("cells/*/log.txt")}
     before = (out / "results.csv").read_text()
     result = date("sweep", SPEC, "--batches", "64", "--schemes", "date,linear", "--tolerance", "5",
-                  *SHORT, "-o", out)
+                  "--jobs", "2", *SHORT, "-o", out)
     assert result.returncode == 0, result.stderr
     assert {p: p.stat().st_mtime_ns for p in out.glob("cells/*/log.txt")} == logs  # nothing ran
     assert (out / "results.csv").read_text() == before
     report_only = date("sweep", SPEC, "--batches", "64", "--schemes", "date,linear", "--tolerance", "5",
-                       *SHORT, "-o", out, "--report-only")
+                       "--jobs", "2", *SHORT, "-o", out, "--report-only")
     assert report_only.returncode == 0 and (out / "results.csv").read_text() == before
+    command = json.loads((out / "results.json").read_text())["settings"]["command"]
+    assert "--report-only" not in command and "--jobs 2" in command  # the run that trained the cells
 
 
 def test_an_interrupted_sweep_resumes_its_cell_exactly(tmp_path):
@@ -92,6 +95,33 @@ def test_an_interrupted_sweep_resumes_its_cell_exactly(tmp_path):
     assert alone.returncode == 0, alone.stderr
     resumed, uninterrupted = final_model(cell), final_model(tmp_path / "alone")
     assert all(torch.equal(resumed[k], uninterrupted[k]) for k in resumed)
+
+
+def test_grid_schemes_train_with_lars_lamb_and_adam_over_two_processes(tmp_path):
+    out = tmp_path / "grid"
+    result = date("sweep", SPEC, "--batches", "64", "--schemes", "lars,lamb,adam", "--lr-grid", "2e-3,2e-2",
+                  "--nproc", "2", "--set", "baseline.epochs=1", "--set", "baseline.warmup_epochs=0.1",
+                  "-o", out, timeout=400)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert len(rows) == 1 + 3 * 2 and {r["status"] for r in rows} == {"done"}
+    for name in ("lars", "lamb", "adam"):
+        config = json.loads((out / "cells" / f"{name}-B64-lr0.02-s0" / "config.json").read_text())
+        assert config["spec"]["baseline"]["optimizer"]["name"] == name and config["world_size"] == 2
+        plan = json.loads((out / "cells" / f"{name}-B64-lr0.02-s0" / "plan.json").read_text())
+        assert plan["peak_lr"] == 0.02 and plan["warmup_epochs"] == pytest.approx(0.4)
+    report = (out / "report.md").read_text()
+    for name in ("lars", "lamb", "adam"):
+        assert re.search(rf"- {name} at 64: 0.002: [0-9.]+, 0.02: [0-9.]+; kept 0.02?", report), report
+
+
+def test_a_cell_refusing_its_input_stops_the_sweep(tmp_path):
+    out = tmp_path / "sweep"
+    result = date("sweep", ROOT / "recipes" / "lenet-mnist.yaml", "--batches", "2048,4096",
+                  "--set", f"train.data_dir={tmp_path / 'no-mnist'}", "-o", out)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "error: cell baseline-B1024-s0:" in result.stderr and "train-images-idx3-ubyte" in result.stderr
+    assert [p.parent.name for p in out.glob("cells/*/log.txt")] == ["baseline-B1024-s0"]  # no other started
 
 
 @pytest.mark.parametrize("args, message", [

@@ -211,3 +211,16 @@ def test_a_cell_folder_is_not_shared(tmp_path):
 def test_every_scheme_is_documented():
     assert set(SCHEMES) == {"date", "linear", "none", "lars", "lamb", "adam"}
     assert all(s.summary for s in SCHEMES.values())
+
+
+def test_a_batch_can_hold_on_the_mean_while_a_seed_misses_the_target():
+    results = [
+        result("baseline", 16, 0, 90.0, [(100, 10.0, 90.0)], steps=400),
+        result("date", 64, 0, 91.0, [(100, 2.0, 91.0)]),
+        result("date", 64, 1, 88.6, [(100, 2.0, 88.6)]),  # mean 89.8 holds; this seed never gets to 89
+    ]
+    group, = (summary := summarize(results, "accuracy", True, Tolerance.parse("1"), ["date"])).groups
+    assert group.holds and group.reached == 1 and group.speedup is None
+    assert summary.verdicts(["date"])["date"] == (
+        "holds accuracy at every batch run, up to 64 (4×); at 64: 4× fewer steps, no time to target "
+        "(1 of 2 seeds reached it)")

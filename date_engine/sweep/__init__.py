@@ -7,6 +7,7 @@ folders (:mod:`.results`) → results.csv/json, report.md and figures (:mod:`.re
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 from dataclasses import dataclass
@@ -59,6 +60,10 @@ def run_sweep(spec: Spec, cells: list[PlannedCell], options: SweepOptions, root:
     settings = {**settings, "machine": machine(), "threads": threads, "jobs": options.jobs,
                 "nproc": options.nproc, "evals": options.evals, "lr_grid": list(options.lr_grid)}
     root.mkdir(parents=True, exist_ok=True)
+    if not train:  # the report describes the run that trained the cells, not this command
+        previous = _settings_of(root)
+        settings.update({k: previous[k] for k in ("command", "machine", "threads", "jobs", "nproc")
+                         if k in previous})
 
     def report(results: list[CellResult]) -> Summary:
         summary = summarize(results, recipe.metric_name, recipe.higher_is_better, options.tolerance, names)
@@ -72,6 +77,13 @@ def run_sweep(spec: Spec, cells: list[PlannedCell], options: SweepOptions, root:
     else:
         results = [read_cell(p.cell, cell_folder(root, p), recipe.metric_name) for p in cells]
     return report(results), code
+
+
+def _settings_of(root: Path) -> dict[str, Any]:
+    try:
+        return json.loads((root / "results.json").read_text())["settings"]
+    except (OSError, ValueError, KeyError):
+        return {}
 
 
 def machine() -> str:

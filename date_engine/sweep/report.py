@@ -180,26 +180,36 @@ def _metric_vs_batch(plt, summary: Summary, root: Path, schemes: list[str]):
     base = summary.baseline
     if base is None or base.mean is None:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.axhline(base.mean, color="black", linewidth=1, label=f"baseline (batch {base.batch})")
-    ax.axhspan(min(base.mean, summary.target), max(base.mean, summary.target), color="black", alpha=0.08,
-               label=f"tolerance {summary.tolerance}")
-    for s in schemes:
-        groups = [g for g in summary.groups if g.scheme == s and g.mean is not None]
-        if groups:
-            ax.errorbar([base.batch] + [g.batch for g in groups], [base.mean] + [g.mean for g in groups],
-                        yerr=[base.std] + [g.std for g in groups], marker="o", capsize=3, label=s,
-                        color=_COLORS.get(s))
-        for g in summary.groups:
-            if g.scheme == s and g.complete and g.mean is None:
-                ax.annotate("diverged", (g.batch, base.mean), color=_COLORS.get(s), fontsize=8,
-                            rotation=90, va="top")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("global batch size")
-    ax.set_ylabel(summary.metric_name)
-    ax.set_title(f"{summary.metric_name} after the baseline's epochs")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    margin = abs(base.mean - summary.target)
+    means = [g.mean for g in summary.groups if g.mean is not None]
+    far = any(abs(m - base.mean) > 12 * margin for m in means) if margin > 0 else False
+    fig, axes = plt.subplots(1, 2 if far else 1, figsize=(12 if far else 7, 4.5), squeeze=False)
+    for ax in axes[0]:
+        ax.axhline(base.mean, color="black", linewidth=1, label=f"baseline (batch {base.batch})")
+        ax.axhspan(min(base.mean, summary.target), max(base.mean, summary.target), color="black",
+                   alpha=0.08, label=f"tolerance {summary.tolerance}")
+        for s in schemes:
+            groups = [g for g in summary.groups if g.scheme == s and g.mean is not None]
+            if groups:
+                ax.errorbar([base.batch] + [g.batch for g in groups], [base.mean] + [g.mean for g in groups],
+                            yerr=[base.std] + [g.std for g in groups], marker="o", capsize=3, label=s,
+                            color=_COLORS.get(s))
+            for g in summary.groups:
+                if g.scheme == s and g.complete and g.mean is None:
+                    ax.annotate("diverged", (g.batch, base.mean), color=_COLORS.get(s), fontsize=8,
+                                rotation=90, va="top")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("global batch size")
+        ax.set_ylabel(summary.metric_name)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_title(f"{summary.metric_name} after the baseline's epochs")
+    if far:  # the right panel zooms in on the tolerance band
+        low, high = base.mean - 8 * margin, base.mean + 3 * margin
+        if not summary.higher_is_better:
+            low, high = base.mean - 3 * margin, base.mean + 8 * margin
+        axes[0][1].set_ylim(low, high)
+        axes[0][1].set_title("near the baseline")
     return fig
 
 
@@ -241,7 +251,7 @@ def _panels(plt, count: int):
 
 
 def _lr_curves(plt, summary: Summary, root: Path, schemes: list[str]):
-    shown = [s for s in schemes if _kept(summary, s)]
+    shown = [s for s in schemes if any(_plan(root, g.results[0]) for g in _kept(summary, s))]
     if not shown:
         return None
     fig, axes = _panels(plt, len(shown))

@@ -200,9 +200,10 @@ class Summary:
                         f"({failed.delta:+.3g})" if failed.mean is not None else
                         f"does not hold accuracy: at {failed.batch} it diverges")
             last = held[-1] if held else None
-            if last is not None and last.speedup is not None:
-                text += (f"; at {last.batch}: {self.baseline.steps / last.steps:.3g}× fewer steps, "
-                         f"{last.speedup:.2f}× faster to the target")
+            if last is not None:
+                text += f"; at {last.batch}: {self.baseline.steps / last.steps:.3g}× fewer steps, "
+                text += (f"{last.speedup:.2f}× faster to the target" if last.speedup is not None else
+                         f"no time to target ({last.reached} of {len(last.results)} seeds reached it)")
             out[scheme] = text
         return out
 

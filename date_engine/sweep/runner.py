@@ -85,7 +85,8 @@ def run_cells(
     on_change: Callable[[list[CellResult]], None] | None = None,
 ) -> tuple[list[CellResult], int]:
     """Train every cell not yet finished, ``jobs`` at a time. Returns every cell's result and the
-    sweep's exit code (0; 130/143 after a signal; 1 if a cell failed for another reason)."""
+    sweep's exit code: 0; 130/143 after a signal; 2 when a cell refused its input (no cell is
+    started after that: the others would refuse it too); 1 when a cell failed otherwise."""
     runs = [CellRun(p, prepare_cell(root, p)) for p in cells]
     results = {r.planned.cell: read_cell(r.planned.cell, r.folder, metric_name) for r in runs}
     todo = [r for r in runs if results[r.planned.cell].status not in ("done", "diverged")]
@@ -95,7 +96,8 @@ def run_cells(
     previous = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     running: list[CellRun] = []
-    failed = False
+    failed = usage = False
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     view = _LiveView(console, runs, results)
     try:
         with view:
@@ -128,12 +130,14 @@ def run_cells(
                     (run.folder / LOCK).unlink(missing_ok=True)
                     run.exit_code = code
                     results[cell] = read_cell(cell, run.folder, metric_name)
-                    if code not in (0, 3, 130, 143) or (code == 0 and results[cell].status != "done"):
-                        failed = failed or code not in (130, 143)
-                        if code not in (130, 143):
-                            results[cell].status = "failed"
-                            console.print(f"[red]cell {cell.name} failed (exit {code}); see "
-                                          f"{run.folder / 'log.txt'}[/]", soft_wrap=True)
+                    if code == 2:  # a mistake every cell would repeat: say it and start no more
+                        results[cell].status, usage = "failed", True
+                        todo.clear()
+                        err.print(f"[red]error:[/] cell {cell.name}: {_error_line(run.folder)}")
+                    elif code not in (0, 3, 130, 143) or (code == 0 and results[cell].status != "done"):
+                        results[cell].status, failed = "failed", True
+                        err.print(f"[red]cell {cell.name} failed (exit {code}); see "
+                                  f"{run.folder / 'log.txt'}[/]")
                     if on_change is not None:
                         on_change(list(results.values()))
                 if stop and not running:
@@ -147,7 +151,17 @@ def run_cells(
     signals = [s for s in stop if s != -1]
     if signals:
         return list(results.values()), 128 + signals[0]
-    return list(results.values()), 1 if failed else 0
+    return list(results.values()), 2 if usage else 1 if failed else 0
+
+
+def _error_line(folder: Path) -> str:
+    """The error sentence a cell's ``date scale`` ended with."""
+    try:
+        lines = (folder / "log.txt").read_text().splitlines()
+    except OSError:
+        lines = []
+    errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+    return errors[-1] if errors else f"it stopped with exit code 2; see {folder / 'log.txt'}"
 
 
 def _live(result: CellResult) -> CellResult:
