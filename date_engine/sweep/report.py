@@ -86,8 +86,8 @@ def _markdown(summary: Summary, settings: dict[str, Any], schemes: list[str],
     lines += ["## Results", "",
               "| batch | k | scheme | peak LR | warmup epochs | steps | "
               f"{summary.metric_name} (mean ± sd, n) | Δ vs baseline | holds | steps to target | "
-              "time to target (s) | speedup |",
-              "|---:|---:|---|---:|---:|---:|---|---:|:-:|---:|---:|---:|"]
+              "time to target (s) | speedup | training time (s) |",
+              "|---:|---:|---|---:|---:|---:|---|---:|:-:|---:|---:|---:|---:|"]
     for g in ([base] if base else []) + summary.groups:
         lines.append(_row(g, base))
     grids = [g for g in summary.groups if g.tried]
@@ -106,7 +106,8 @@ def _markdown(summary: Summary, settings: dict[str, Any], schemes: list[str],
     lines += ["", "Every cell trains for the baseline's epochs; each is evaluated "
               f"{settings['evals']} times, evenly spaced, and time-to-target is read at the first "
               "evaluation that reaches the target (so it is resolved to a tenth of a run at the default "
-              "10 evaluations). Speedup = the baseline's time to the target / the cell's. Per-cell numbers: "
+              "10 evaluations). Speedup = the baseline's time to the target / the cell's. Training time: the "
+              "whole run's, the same epochs at every batch. Per-cell numbers: "
               "`results.csv`; everything: `results.json`.", "", "## Figures", ""]
     for name, caption in FIGURES.items():
         state = figures.get(name)
@@ -145,8 +146,9 @@ def _row(g: Group, base: Group | None) -> str:
     speed = "1" if g.scheme == BASELINE and g.time_to_target_s else \
         ("" if g.speedup is None else f"{g.speedup:.2f}×")
     name = g.scheme + (f" (lr {g.grid_lr:g})" if g.grid_lr is not None else "")
+    train = "" if g.train_s is None else f"{g.train_s:.0f}"
     return (f"| {g.batch} | {k:g} | {name} | {lr} | {warm} | {g.steps} | {metric} | {delta} | {holds} | "
-            f"{to_steps} | {to_time} | {speed} |")
+            f"{to_steps} | {to_time} | {speed} | {train} |")
 
 
 # ----------------------------------------------------------------------------- figures

@@ -147,6 +147,8 @@ class Group:
     holds: bool | None = None
     """Within the tolerance of the baseline (or better)."""
     steps: int = 0
+    train_s: float | None = None
+    """Mean training seconds of the whole run (evaluations left out), when every seed finished."""
     reached: int = 0
     """Seeds that reached the target."""
     time_to_target_s: float | None = None
@@ -270,6 +272,8 @@ def _group(scheme: str, batch: int, cells: list[CellResult]) -> Group:
     if done and len(done) == len(cells):
         group.mean = statistics.fmean(done)
         group.std = statistics.stdev(done) if len(done) > 1 else 0.0
+        if all(r.train_s is not None for r in cells):
+            group.train_s = statistics.fmean(r.train_s for r in cells)
     return group
 
 
