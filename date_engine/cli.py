@@ -16,6 +16,7 @@ from rich.console import Console
 from date_engine.errors import DateError
 from date_engine.plan import Plan, derive_plan
 from date_engine.spec import Spec, load_spec
+from date_engine.sweep.schemes import DEFAULT_LR_GRID
 
 app = typer.Typer(
     name="date",
@@ -248,7 +249,8 @@ def sweep_command(
         "--output-dir", "-o", help="Sweep folder (default: sweeps/<spec name>).", show_default=False)] = None,
     overrides: SetOpt = None,
     lr_grid: Annotated[str, typer.Option(
-        "--lr-grid", help="Peak LRs tried by lars, lamb and adam; the best per batch is kept.")] = "",
+        "--lr-grid", help="Peak LRs tried by lars, lamb and adam; the best per batch is kept.")] = \
+        DEFAULT_LR_GRID,
     tolerance: Annotated[str, typer.Option(
         "--tolerance", help="How close to the baseline's metric counts as holding it: an amount in "
         "the metric's units (0.3) or a percentage (5%).")] = "1%",
@@ -261,8 +263,8 @@ def sweep_command(
     and speedup, with plots. Finished cells are skipped and interrupted ones resumed on a re-run."""
     with user_errors():
         from date_engine.recipes import get_recipe
-        from date_engine.sweep import (DEFAULT_LR_GRID, SweepOptions, Tolerance, parse_batches,
-                                       parse_lr_grid, parse_schemes, plan_sweep, run_sweep)
+        from date_engine.sweep import (SweepOptions, Tolerance, parse_batches, parse_lr_grid,
+                                       parse_schemes, plan_sweep, run_sweep)
 
         spec = _with_recipe_dataset_size(load_spec(spec_path, overrides or ()))
         if spec.recipe is None:
@@ -272,7 +274,7 @@ def sweep_command(
         recipe.parse_options(spec.model)
         options = SweepOptions(
             batches=parse_batches(batches), schemes=parse_schemes(schemes), repeats=repeats,
-            lr_grid=tuple(parse_lr_grid(lr_grid or DEFAULT_LR_GRID)), tolerance=Tolerance.parse(tolerance),
+            lr_grid=tuple(parse_lr_grid(lr_grid)), tolerance=Tolerance.parse(tolerance),
             evals=evals, nproc=nproc, jobs=jobs)
         cells = plan_sweep(spec, options)
         root = output_dir or Path("sweeps") / spec_path.stem

@@ -158,3 +158,19 @@ def test_metrics_log_drops_lines_after_the_resumed_step_and_feeds_tensorboard(tm
     resumed = MetricsLog(tmp_path, resume_step=20)
     resumed.close()
     assert [line.count('"step"') for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 1]
+
+
+def test_cpu_training_flushes_denormals(monkeypatch):
+    from date_engine.train.runtime import setup, teardown
+
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(key, raising=False)
+    tiny = torch.tensor([1e-39], dtype=torch.float32)  # a denormal: below fp32's 1.18e-38
+    try:
+        torch.set_flush_denormal(False)
+        assert (tiny * 1.0).item() != 0.0
+        runtime = setup(force_cpu=True)
+        assert runtime.device.type == "cpu" and (tiny * 1.0).item() == 0.0
+        teardown(runtime)
+    finally:
+        torch.set_flush_denormal(False)

@@ -20,12 +20,10 @@ from rich.console import Console
 from date_engine.spec import Spec
 from date_engine.sweep.grid import Cell, PlannedCell, build_cells, parse_batches, parse_lr_grid
 from date_engine.sweep.results import CellResult, Summary, Tolerance, read_cell, summarize
-from date_engine.sweep.schemes import BASELINE, SCHEMES, Scheme, parse_schemes
+from date_engine.sweep.schemes import BASELINE, DEFAULT_LR_GRID, SCHEMES, Scheme, parse_schemes
 
 __all__ = ["SCHEMES", "Cell", "SweepOptions", "Tolerance", "parse_batches", "parse_lr_grid",
            "parse_schemes", "plan_sweep", "run_sweep"]
-
-DEFAULT_LR_GRID = "1e-4,3e-4,1e-3,3e-3,1e-2"
 
 
 @dataclass(frozen=True)

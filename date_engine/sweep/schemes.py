@@ -25,7 +25,7 @@ from typing import Any
 
 from date_engine.errors import DateError
 
-__all__ = ["BASELINE", "SCHEMES", "Scheme", "parse_schemes"]
+__all__ = ["BASELINE", "DEFAULT_LR_GRID", "SCHEMES", "Scheme", "parse_schemes"]
 
 Raw = dict[str, Any]
 
@@ -73,6 +73,8 @@ def baseline(raw: Raw) -> Raw:
 
 
 BASELINE = "baseline"
+DEFAULT_LR_GRID = "1e-4,3e-4,1e-3,3e-3,1e-2"
+"""Peak LRs tried by the schemes that search one (lars, lamb, adam)."""
 
 SCHEMES: dict[str, Scheme] = {
     s.name: s
