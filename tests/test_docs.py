@@ -46,3 +46,13 @@ def test_example_script_runs():
         capture_output=True, text=True, cwd=ROOT, check=True,
     )
     assert "peak lr = 0.0035355" in out.stdout and "220 steps" in out.stdout
+
+
+def test_relative_links_in_the_docs_resolve():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in target and not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, broken

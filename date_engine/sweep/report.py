@@ -121,6 +121,8 @@ def _markdown(summary: Summary, settings: dict[str, Any], schemes: list[str],
 def _ms(g: Group) -> str:
     if g.mean is None:
         return "—"
+    if len(g.results) == 1:
+        return f"{g.mean:.4g} (1)"
     return f"{g.mean:.4g} ± {g.std:.2g} ({len(g.results)})"
 
 
@@ -221,8 +223,8 @@ def _time_to_target(plt, summary: Summary, root: Path, schemes: list[str]):
         return None
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
     for s in [BASELINE] + schemes:
-        groups = [base] if s == BASELINE else [g for g in summary.groups if g.scheme == s]
-        groups = [g for g in groups if g.time_to_target_s is not None]
+        groups = [base] + ([] if s == BASELINE else [g for g in summary.groups if g.scheme == s])
+        groups = [g for g in groups if g.time_to_target_s is not None]  # each line starts at the baseline
         if not groups:
             continue
         kw = dict(marker="o", label=s, color=_COLORS.get(s))
