@@ -259,8 +259,10 @@ def sweep_command(
     report_only: Annotated[bool, typer.Option(
         "--report-only", help="Train nothing; write the report from the cells already run.")] = False,
 ) -> None:
-    """Train the baseline at several batches under several schemes; report accuracy, time to accuracy
-    and speedup, with plots. Finished cells are skipped and interrupted ones resumed on a re-run."""
+    """Compare schemes across batch sizes: accuracy, time to accuracy, speedup, plots.
+
+    Trains the baseline and every (batch, scheme, seed) cell through `date scale`; a re-run skips
+    finished cells and resumes interrupted ones."""
     with user_errors():
         from date_engine.recipes import get_recipe
         from date_engine.sweep import (SweepOptions, Tolerance, parse_batches, parse_lr_grid,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from date_engine import DateError
-from date_engine.recipes import Recipe, get_recipe, list_recipes
+from date_engine.recipes import get_recipe, list_recipes
 from date_engine.train import checkpoint as ckpt
 from date_engine.train.launch import LaunchOptions, torchrun_arguments
 from date_engine.train.reporting import MetricsLog

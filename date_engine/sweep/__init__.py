@@ -22,8 +22,8 @@ from date_engine.sweep.grid import Cell, PlannedCell, build_cells, parse_batches
 from date_engine.sweep.results import CellResult, Summary, Tolerance, read_cell, summarize
 from date_engine.sweep.schemes import BASELINE, DEFAULT_LR_GRID, SCHEMES, Scheme, parse_schemes
 
-__all__ = ["SCHEMES", "Cell", "SweepOptions", "Tolerance", "parse_batches", "parse_lr_grid",
-           "parse_schemes", "plan_sweep", "run_sweep"]
+__all__ = ["BASELINE", "DEFAULT_LR_GRID", "SCHEMES", "Cell", "SweepOptions", "Tolerance", "parse_batches",
+           "parse_lr_grid", "parse_schemes", "plan_sweep", "run_sweep"]
 
 
 @dataclass(frozen=True)
@@ -108,5 +108,3 @@ def machine() -> str:
         pass
     return f"{cpu}, {os.cpu_count()} logical CPUs{gpu}, {platform.system()}, torch {torch_version}"
 
-
-__all__ += ["BASELINE"]
