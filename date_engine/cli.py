@@ -179,15 +179,10 @@ def scale_command(
 ) -> None:
     """Train the spec's recipe at BATCH with the DATE plan: one process, several, or several nodes."""
     with user_errors():
-        from date_engine.recipes import get_recipe
 
         spec = load_spec(spec_path, overrides or ())
         recipe_ref = recipe or spec.recipe
-        if recipe_ref is None:
-            raise DateError(f"{spec_path}: no recipe to train; add 'recipe: <name>' to the spec or "
-                            "pass --recipe (see `date recipes`).")
-        found = get_recipe(recipe_ref)
-        found.parse_options(spec.model)  # a bad model option fails here, before any process starts
+        found = _recipe_to_train(spec_path, spec, recipe_ref, option=True)
         if precision is not None and precision not in ("fp32", "bf16", "fp16"):
             raise DateError(f"--precision must be fp32, bf16 or fp16, got {precision!r}.")
         from date_engine.train.runtime import job_environment
@@ -217,6 +212,20 @@ def scale_command(
     code = launch(config, options)
     if code:
         raise typer.Exit(code)
+
+
+def _recipe_to_train(spec_path: Path, spec: Spec, ref: str | None, option: bool = False):
+    """The recipe a training command runs, its model options checked before any process starts.
+    ``option``: the command has a --recipe option to name it with."""
+    from date_engine.recipes import get_recipe
+
+    if ref is None:
+        hint = " or pass --recipe" if option else ""
+        raise DateError(f"{spec_path}: no recipe to train; add 'recipe: <name>' to the spec{hint} "
+                        "(see `date recipes`).")
+    found = get_recipe(ref)
+    found.parse_options(spec.model)  # a bad model option fails here
+    return found
 
 
 def _continue_command(args: list[str]) -> str:
@@ -264,16 +273,11 @@ def sweep_command(
     Trains the baseline and every (batch, scheme, seed) cell through `date scale`; a re-run skips
     finished cells and resumes interrupted ones."""
     with user_errors():
-        from date_engine.recipes import get_recipe
         from date_engine.sweep import (SweepOptions, Tolerance, parse_batches, parse_lr_grid,
                                        parse_schemes, plan_sweep, run_sweep)
 
         spec = _with_recipe_dataset_size(load_spec(spec_path, overrides or ()))
-        if spec.recipe is None:
-            raise DateError(f"{spec_path}: no recipe to train; add 'recipe: <name>' to the spec "
-                            "(see `date recipes`).")
-        recipe = get_recipe(spec.recipe)
-        recipe.parse_options(spec.model)
+        recipe = _recipe_to_train(spec_path, spec, spec.recipe)
         options = SweepOptions(
             batches=parse_batches(batches), schemes=parse_schemes(schemes), repeats=repeats,
             lr_grid=tuple(parse_lr_grid(lr_grid)), tolerance=Tolerance.parse(tolerance),

@@ -50,12 +50,12 @@ def run_sweep(spec: Spec, cells: list[PlannedCell], options: SweepOptions, root:
     """Train the cells not yet finished (unless ``train`` is False), then write every output."""
     from date_engine.recipes import get_recipe
     from date_engine.sweep.report import write_outputs
-    from date_engine.sweep.runner import cell_folder, run_cells
+    from date_engine.sweep.runner import cell_folder, run_cells, threads_per_process
 
     recipe = get_recipe(settings["recipe"])
     names = [s.name for s in options.schemes]
-    threads = max(1, (os.cpu_count() or 1) // max(1, options.jobs * options.nproc))
-    settings = {**settings, "machine": machine(), "threads": threads, "jobs": options.jobs,
+    settings = {**settings, "machine": machine(), "threads": threads_per_process(options.jobs, options.nproc),
+                "jobs": options.jobs,
                 "nproc": options.nproc, "evals": options.evals, "lr_grid": list(options.lr_grid)}
     root.mkdir(parents=True, exist_ok=True)
     if not train:  # the report describes the run that trained the cells, not this command

@@ -47,39 +47,40 @@ class PlannedCell:
 
 def parse_batches(text: str) -> list[int]:
     """``"1024,4096"`` (also with ``k``/``K`` for 1024: ``"8k"``) -> sorted distinct batches."""
-    batches = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        try:
-            value = int(part[:-1]) * 1024 if part[-1] in "kK" else int(part)
-        except ValueError:
-            raise DateError(f"--batches: '{part}' is not a whole number; write e.g. --batches 1024,4096,16k.") \
-                from None
+
+    def batch(part: str) -> int:
+        value = int(part[:-1]) * 1024 if part[-1] in "kK" else int(part)
         if value < 1:
             raise DateError(f"--batches: {value} is not a positive batch size.")
-        batches.append(value)
-    if not batches:
-        raise DateError("--batches: no batch size given; write e.g. --batches 1024,4096.")
-    return sorted(set(batches))
+        return value
+
+    return _parse_list(text, "--batches", batch, "a whole number", "1024,4096,16k")
 
 
 def parse_lr_grid(text: str) -> list[float]:
-    """``"1e-3,3e-3"`` -> the grid of peak LRs for lars, lamb and adam."""
+    """``"1e-3,3e-3"`` -> the grid of peak LRs for lars, lamb and adam, sorted."""
+
+    def lr(part: str) -> float:
+        value = float(part)
+        if not value > 0 or math.isinf(value):
+            raise DateError(f"--lr-grid: {part} is not a positive learning rate.")
+        return value
+
+    return _parse_list(text, "--lr-grid", lr, "a number", "1e-3,3e-3,1e-2")
+
+
+def _parse_list(text: str, option: str, convert, kind: str, example: str) -> list:
+    """Comma-separated values of ``option``, each through ``convert``, sorted and distinct."""
     values = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         try:
-            value = float(part)
+            values.append(convert(part))
         except ValueError:
-            raise DateError(f"--lr-grid: '{part}' is not a number; write e.g. --lr-grid 1e-3,3e-3,1e-2.") \
-                from None
-        if not value > 0 or math.isinf(value):
-            raise DateError(f"--lr-grid: {part} is not a positive learning rate.")
-        values.append(value)
+            raise DateError(f"{option}: '{part}' is not {kind}; write e.g. {option} {example}.") from None
     if not values:
-        raise DateError("--lr-grid: no learning rate given; write e.g. --lr-grid 1e-3,3e-3,1e-2.")
+        raise DateError(f"{option}: nothing given; write e.g. {option} {example}.")
     return sorted(set(values))
 
 

@@ -41,8 +41,11 @@ class CellRun:
     planned: PlannedCell
     folder: Path
     process: subprocess.Popen | None = None
-    started: float = 0.0
-    exit_code: int | None = None
+
+
+def threads_per_process(jobs: int, nproc: int) -> int:
+    """CPU threads each training process gets when ``jobs`` cells of ``nproc`` processes run at once."""
+    return max(1, (os.cpu_count() or 1) // max(1, jobs * nproc))
 
 
 def cell_folder(root: Path, planned: PlannedCell) -> Path:
@@ -90,8 +93,7 @@ def run_cells(
     runs = [CellRun(p, prepare_cell(root, p)) for p in cells]
     results = {r.planned.cell: read_cell(r.planned.cell, r.folder, metric_name) for r in runs}
     todo = [r for r in runs if results[r.planned.cell].status not in ("done", "diverged")]
-    threads = max(1, (os.cpu_count() or 1) // max(1, jobs * nproc))
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_process(jobs, nproc))}
     stop: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -112,7 +114,6 @@ def run_cells(
                         start_new_session=True)
                     log.close()
                     (run.folder / LOCK).write_text(str(run.process.pid))
-                    run.started = time.monotonic()
                     running.append(run)
                     results[run.planned.cell].status = "running"
                 if stop and running and stop[0] != -1:
@@ -128,7 +129,6 @@ def run_cells(
                         continue
                     running.remove(run)
                     (run.folder / LOCK).unlink(missing_ok=True)
-                    run.exit_code = code
                     results[cell] = read_cell(cell, run.folder, metric_name)
                     if code == 2:  # a mistake every cell would repeat: say it and start no more
                         results[cell].status, usage = "failed", True
