@@ -38,7 +38,9 @@ def main() -> None:
         "norms: torch._foreach_norm": lambda: torch._foreach_norm(tensors),
         "norms: BLAS dot per tensor": lambda: [torch.dot(f, f) for f in flat],
         "β·buf + r·g: _foreach_mul_ + _foreach_addcmul_": lambda: (
-            torch._foreach_mul_(bufs_a, 0.9), torch._foreach_addcmul_(bufs_a, tensors, list(r.unbind(0)))),
+            torch._foreach_mul_(bufs_a, 0.9),
+            torch._foreach_addcmul_(bufs_a, tensors, list(r.unbind(0))),
+        ),
         "β·buf + r·g: addr_ per tensor": addr,
     }
     times = {k: [] for k in variants}
@@ -48,8 +50,10 @@ def main() -> None:
             fn()
             if round_ >= 3:
                 times[name].append(time.perf_counter() - start)
-    print(f"ResNet-50 shapes, {len(shapes)} tensors; median of {args.rounds} rounds; "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"ResNet-50 shapes, {len(shapes)} tensors; median of {args.rounds} rounds; "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     for name, ts in times.items():
         print(f"{name:50s} {statistics.median(ts) * 1e3:7.2f} ms")
 

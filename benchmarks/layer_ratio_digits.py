@@ -1,4 +1,5 @@
-"""Per-layer ratio rules on real handwritten digits: which layer_ratio setting trains best at large batch?
+"""Per-layer ratio rules on real handwritten digits: which layer_ratio setting trains best at large
+batch?
 
     python benchmarks/layer_ratio_digits.py [--optimizer rmsprop] [--batches 32,256,512,1024]
         [--seeds 5] [--out layer_ratio_digits.json]
@@ -9,7 +10,8 @@ by DATE's plan (sqrt LR, LEGW warmup, decay to the floor) to each batch; only th
 rule changes between columns:
 
 - off: the base optimizer unchanged;
-- lars: the plain LARS ratio, r = ||w||/||g|| (static, c = 1, no clamp), as in spec §3's RMSprop case;
+- lars: the plain LARS ratio, r = ||w||/||g|| (static, c = 1, no clamp), as in docs/algorithm.md
+  §3's RMSprop case;
 - dynamic γ: DATE's rule, r = clamp(ρ/m, 1/γ, γ).
 
 Prints mean ± std test accuracy over the seeds and writes every run to JSON.
@@ -21,6 +23,7 @@ import argparse
 import json
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -48,18 +51,35 @@ def rules(gammas):
     yield "off", LayerRatioSpec(mode="off")
     yield "lars", LayerRatioSpec(mode="static", trust_coefficient=1.0, lower=0.0, upper=1e30)
     for g in gammas:
-        yield (f"dynamic γ={g:g}" if g < 1e6 else "dynamic, no clamp"), LayerRatioSpec(mode="dynamic", gamma=g)
+        yield (
+            (f"dynamic γ={g:g}" if g < 1e6 else "dynamic, no clamp"),
+            LayerRatioSpec(mode="dynamic", gamma=g),
+        )
 
 
-def train_once(data, optimizer: str, lr: float, batch: int, rule: LayerRatioSpec, seed: int) -> float:
+def train_once(
+    data, optimizer: str, lr: float, batch: int, rule: LayerRatioSpec, seed: int
+) -> float:
     xtr, ytr, xte, yte = data
-    spec = parse_spec({"baseline": {
-        "batch_size": 32, "lr": lr, "warmup_epochs": 0.5, "epochs": 40,
-        "dataset_size": len(xtr), "optimizer": {"name": optimizer}}})
+    spec = parse_spec(
+        {
+            "baseline": {
+                "batch_size": 32,
+                "lr": lr,
+                "warmup_epochs": 0.5,
+                "epochs": 40,
+                "dataset_size": len(xtr),
+                "optimizer": {"name": optimizer},
+            }
+        }
+    )
     plan = derive_plan(spec, batch)
     torch.manual_seed(seed)
     model = LeNet(image_size=8)
-    opt = build_optimizer(model.named_parameters(), spec.baseline.optimizer, rule, plan.peak_lr)
+    ratio = {"mode": rule.mode, **rule.options()}
+    opt = build_optimizer(
+        model.named_parameters(), replace(plan.optimizer, layer_ratio=ratio), plan.peak_lr
+    )
     sched = plan_scheduler(opt, plan)
     gen = torch.Generator().manual_seed(seed)
     order = torch.empty(0, dtype=torch.long)
@@ -79,7 +99,9 @@ def train_once(data, optimizer: str, lr: float, batch: int, rule: LayerRatioSpec
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--optimizer", default="rmsprop", choices=sorted(BASE_LR))
-    parser.add_argument("--lr", type=float, default=None, help="baseline LR (default: per optimizer)")
+    parser.add_argument(
+        "--lr", type=float, default=None, help="baseline LR (default: per optimizer)"
+    )
     parser.add_argument("--batches", default="32,256,512,1024")
     parser.add_argument("--gammas", default="1.5,2,4,8")
     parser.add_argument("--seeds", type=int, default=5)
@@ -97,15 +119,21 @@ def main() -> None:
             for seed in range(args.seeds):
                 acc = train_once(data, args.optimizer, lr, batch, rule, seed)
                 runs.append({"batch": batch, "rule": name, "seed": seed, "test_accuracy": acc})
-    print(f"LeNet on 8x8 digits, base optimizer {args.optimizer} (lr {lr:g} at batch 32); test accuracy % "
-          f"(mean ± std of {args.seeds} seeds); {time.time() - start:.0f} s")
+    print(
+        f"LeNet on 8x8 digits, base optimizer {args.optimizer} (lr {lr:g} at batch 32); test "
+        f"accuracy % "
+        f"(mean ± std of {args.seeds} seeds); {time.time() - start:.0f} s"
+    )
     header = "| rule | " + " | ".join(f"B = {b} ({b // 32}×)" for b in batches) + " |"
     print(header + "\n|" + "---|" * (len(batches) + 1))
     for name, _ in named_rules:
         cells = []
         for batch in batches:
             accs = [r["test_accuracy"] for r in runs if r["batch"] == batch and r["rule"] == name]
-            cells.append(f"{statistics.mean(accs):.1f} ± {statistics.stdev(accs) if len(accs) > 1 else 0:.1f}")
+            cells.append(
+                f"{statistics.mean(accs):.1f} ± "
+                f"{statistics.stdev(accs) if len(accs) > 1 else 0:.1f}"
+            )
         print(f"| {name} | " + " | ".join(cells) + " |")
     with open(args.out, "w") as f:
         json.dump({"optimizer": args.optimizer, "lr": lr, "runs": runs}, f, indent=1)

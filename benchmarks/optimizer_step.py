@@ -41,10 +41,12 @@ OPTIMIZERS = {
     "DATE(Adam), per-tensor loop": (
         lambda ps: DATE(torch.optim.Adam(ps, lr=1e-3, foreach=True), foreach=False),
         "Adam (torch, foreach)", None, None),
-    "LARS": (lambda ps: LARS(ps, lr=0.1, weight_decay=1e-4), "LARS, per-parameter loop", 0.5, "max"),
+    "LARS": (lambda ps: LARS(ps, lr=0.1, weight_decay=1e-4), "LARS, per-parameter loop", 0.5,
+             "max"),
     "LARS, per-parameter loop": (
         lambda ps: ReferenceLARS(ps, lr=0.1, weight_decay=1e-4), None, None, None),
-    "LAMB": (lambda ps: LAMB(ps, lr=1e-3, weight_decay=1e-4), "LAMB, per-parameter loop", 0.5, "max"),
+    "LAMB": (lambda ps: LAMB(ps, lr=1e-3, weight_decay=1e-4), "LAMB, per-parameter loop", 0.5,
+             "max"),
     "LAMB, per-parameter loop": (
         lambda ps: ReferenceLAMB(ps, lr=1e-3, weight_decay=1e-4), None, None, None),
 }
@@ -98,13 +100,16 @@ def main() -> None:
     print(f"One step on ResNet-50's parameters ({len(shapes)} tensors, "
           f"{sum(s.numel() for s in shapes) / 1e6:.1f} M values, {param_bytes / 2**20:.0f} MiB); "
           f"median of {args.steps} rounds after {args.warmup} warm-up rounds; "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
-    print(f"{'optimizer':38s} {'median ms':>10s} {'ratio':>7s}  {'vs':30s} {'target':>7s} {'state MiB':>10s}")
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"{platform.processor() or platform.machine()}")
+    print(f"{'optimizer':38s} {'median ms':>10s} {'ratio':>7s}  {'vs':30s} {'target':>7s} "
+          f"{'state MiB':>10s}")
     for r in rows:
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else ""
-        target = "" if r["target"] is None else f"<={r['target']:.2f}x" + (" ok" if r["met"] else " MISS")
-        print(f"{r['optimizer']:38s} {r['median_ms']:10.1f} {ratio:>7s}  {r['compared_with'] or '':30s} "
-              f"{target:>7s} {r['state_mb']:10.0f}")
+        target = "" if r["target"] is None else \
+            f"<={r['target']:.2f}x" + (" ok" if r["met"] else " MISS")
+        print(f"{r['optimizer']:38s} {r['median_ms']:10.1f} {ratio:>7s}  "
+              f"{r['compared_with'] or '':30s} {target:>7s} {r['state_mb']:10.0f}")
     with open(args.out, "w") as f:
         json.dump({"rows": rows, "steps": args.steps, "warmup": args.warmup, "tensors": len(shapes),
                    "torch": torch.__version__, "threads": torch.get_num_threads(),

@@ -3,11 +3,12 @@
 From a small-batch baseline that works, derive the plan for a large batch — sqrt-scaled learning
 rate, linear-epoch warmup (LEGW), decay to a floor — and train with it::
 
-    from date_engine import load_spec, derive_plan
+    from date_engine import load_spec, resolve_plan
 
-    plan = derive_plan(load_spec("recipes/lenet-mnist.yaml"), batch=8192)
+    plan, split = resolve_plan(load_spec("recipes/lenet-mnist.yaml"), batch=8192, world_size=8)
     plan.peak_lr, plan.warmup_epochs, plan.total_iterations   # 3.5355e-3, 16.0, 220
     plan.lr(1)                                               # LR of optimizer step 1
+    split.micro_batch, split.accumulation_steps              # 1024, 1: how 8192 splits over 8
 
 Importing this package does not import torch; the torch-based names (``DATE``, ``LARS``,
 ``LAMB``, ``build_optimizer``, ``plan_scheduler``) load on first use.
@@ -19,7 +20,16 @@ import importlib
 from typing import Any
 
 from date_engine.errors import DateError, PlanError, SpecError
-from date_engine.plan import Derivation, Phase, Plan, derive_plan
+from date_engine.plan import (
+    BatchSplit,
+    Derivation,
+    OptimizerSettings,
+    Phase,
+    Plan,
+    RunPlan,
+    derive_plan,
+    resolve_plan,
+)
 from date_engine.spec import Spec, load_spec, parse_spec
 
 __version__ = "0.1.0"
@@ -46,16 +56,20 @@ __all__ = [
     "DATE",
     "LAMB",
     "LARS",
-    "build_optimizer",
-    "plan_scheduler",
+    "BatchSplit",
     "DateError",
     "Derivation",
+    "OptimizerSettings",
     "Phase",
     "Plan",
     "PlanError",
+    "RunPlan",
     "Spec",
     "SpecError",
+    "build_optimizer",
     "derive_plan",
     "load_spec",
     "parse_spec",
+    "plan_scheduler",
+    "resolve_plan",
 ]

@@ -1,7 +1,7 @@
 """The plan: every number DATE derives from a baseline for one target batch, and why.
 
-:func:`derive_plan` turns a validated :class:`~date_engine.spec.Spec` and a target batch into a frozen
-:class:`Plan` (Algorithm 1 of You et al., SC'19, as read in spec/DATE.md §2)::
+:func:`derive_plan` turns a validated :class:`~date_engine.spec.Spec` and a target batch into a
+frozen :class:`Plan` (Algorithm 1 of You et al., SC'19, as read in docs/algorithm.md §2)::
 
     k   = B / B0                      scale
     η   = √k·η0 | k·η0 | η0           peak LR (sqrt | linear | none scaling)
@@ -15,21 +15,40 @@ and :meth:`Plan.lr` is the learning rate at optimizer step ``i`` (1-based), a cl
     i <  I_w:  η·(i/I_w)  or  η·(i/I_w)²              (i/I_w = e/w, e = i·B/n the epoch)
     i >= I_w:  max(η·(I − i)/(I − I_w), η̂)
 
-The plan is the single source of these numbers: the CLI, the trainer and the reports all read it.
-Invalid plans (spec/DATE.md, "Invalid plans") raise :class:`~date_engine.errors.PlanError`.
+Each derived number is recorded with its formula and inputs by the line that computes it
+(:class:`Derivation`), so what ``date plan`` shows cannot drift from what runs.
+
+:func:`resolve_plan` is the one place a run's plan and its :class:`BatchSplit` are decided: ``date
+plan``, ``date scale`` (dry runs included) and every ``date sweep`` cell call it. Invalid plans
+(docs/algorithm.md §2, "Plans that are refused") raise :class:`~date_engine.errors.PlanError`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
 from fractions import Fraction
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from date_engine.errors import PlanError
 from date_engine.spec import Spec
 
-__all__ = ["Derivation", "Phase", "Plan", "derive_plan"]
+if TYPE_CHECKING:  # recipes are passed in, never imported: the plan depends on no recipe
+    from date_engine.recipes import Recipe
+
+__all__ = [
+    "BatchSplit",
+    "Derivation",
+    "OptimizerSettings",
+    "Phase",
+    "Plan",
+    "RunPlan",
+    "derive_plan",
+    "fmt",
+    "resolve_plan",
+    "split_batch",
+]
 
 
 @dataclass(frozen=True)
@@ -38,7 +57,7 @@ class Derivation:
 
     symbol: str
     name: str
-    value: float
+    value: Any
     formula: str
     inputs: str
     note: str = ""
@@ -62,6 +81,21 @@ class Phase:
 
 
 @dataclass(frozen=True)
+class OptimizerSettings:
+    """The optimizer a run builds: the base optimizer with every option as it runs, and DATE's
+    per-layer ratio rule with its options (docs/algorithm.md §3)."""
+
+    name: str
+    options: dict[str, Any]
+    layer_ratio: dict[str, Any]
+    """``{"mode": ..., **that mode's options}``."""
+
+    def __post_init__(self) -> None:  # JSON turns tuples (Adam's betas) into lists: undo that
+        tuples = {k: tuple(v) if isinstance(v, list) else v for k, v in self.options.items()}
+        object.__setattr__(self, "options", tuples)
+
+
+@dataclass(frozen=True)
 class Plan:
     """Everything DATE derived for one target batch. Frozen, picklable, JSON-able.
 
@@ -71,9 +105,11 @@ class Plan:
     baseline_batch: int
     """B0."""
     target_batch: int
-    """B = micro_batch × world_size × accumulation_steps."""
+    """B."""
     dataset_size: int
     """n, samples per epoch."""
+    dataset_size_source: str
+    """Where n came from: ``baseline.dataset_size``, a recipe, or the training data."""
     baseline_lr: float
     """η0."""
     baseline_warmup_epochs: float
@@ -99,19 +135,18 @@ class Plan:
     """E_tot = I0·B0/n, the baseline's epochs, unchanged by scaling."""
     lr_floor: float
     """η̂."""
-    micro_batch: int
-    """Samples per process per forward/backward pass."""
-    world_size: int
-    """Processes (data-parallel replicas)."""
-    accumulation_steps: int
-    """Micro-batches accumulated per optimizer step in each process."""
-    max_legw_batch: int | None = field(default=None)
+    max_legw_batch: int | None
     """Largest batch for which LEGW's warmup still ends before training does (None: no limit)."""
+    optimizer: OptimizerSettings
+    """The optimizer the run builds."""
+    derivations: tuple[Derivation, ...] = field(default=())
+    """Every derived number, in the order computed, with its formula and inputs."""
 
     # ---------------------------------------------------------------- the schedule
 
     def lr(self, step: int) -> float:
-        """Learning rate for optimizer step ``step`` (1-based). Steps past the end stay at the floor."""
+        """Learning rate for optimizer step ``step`` (1-based). Steps past the end stay at the
+        floor."""
         if step < 1:
             raise ValueError(f"optimizer steps are counted from 1, got {step}")
         if step < self.warmup_iterations:  # e < w  <=>  i·B/n < w  <=>  i < I_w
@@ -149,89 +184,57 @@ class Plan:
             first_floor -= 1
         while self._decay(first_floor) > self.lr_floor:
             first_floor += 1
-        spans = (("warmup", 1, first_decay - 1), ("decay", first_decay, first_floor - 1),
-                 ("floor", first_floor, last))
+        spans = (
+            ("warmup", 1, first_decay - 1),
+            ("decay", first_decay, first_floor - 1),
+            ("floor", first_floor, last),
+        )
         return tuple(
             Phase(name, a, b, self.epoch(a - 1), self.epoch(b), self.lr(a), self.lr(b))
             for name, a, b in spans
             if a <= b
         )
 
-    # ---------------------------------------------------------------- the derivation, shown
+    # ---------------------------------------------------------------- the inputs, shown
 
     def inputs(self) -> tuple[Derivation, ...]:
         """The baseline values the plan was derived from, with the spec field each came from."""
-        return (
-            Derivation("B0", "baseline_batch", self.baseline_batch, "baseline.batch_size", "",
-                       "baseline batch size"),
-            Derivation("η0", "baseline_lr", self.baseline_lr, "baseline.lr", "",
-                       "baseline peak learning rate"),
-            Derivation("w0", "baseline_warmup_epochs", self.baseline_warmup_epochs,
-                       "baseline.warmup_epochs", "", "baseline warmup, epochs"),
-            Derivation("E", "baseline_epochs", self.baseline_epochs, "baseline.epochs", "",
-                       "baseline epochs")
-            if self.baseline_epochs is not None
-            else Derivation("I0", "baseline_iterations", self.baseline_iterations,
-                            "baseline.iterations", "", "baseline optimizer steps"),
-            Derivation("n", "dataset_size", self.dataset_size, "baseline.dataset_size", "",
-                       "training samples per epoch"),
-            Derivation("η̂", "lr_floor", self.lr_floor, "date.lr_floor", "", "LR floor"),
-            Derivation("B", "target_batch", self.target_batch, "--batch", "", "target batch size"),
-        )
+        length = (("E", "baseline_epochs", "baseline.epochs", "baseline epochs")
+                  if self.baseline_epochs is not None else
+                  ("I0", "baseline_iterations", "baseline.iterations", "baseline optimizer steps"))
+        rows = (("B0", "baseline_batch", "baseline.batch_size", "baseline batch size"),
+                ("η0", "baseline_lr", "baseline.lr", "baseline peak learning rate"),
+                ("w0", "baseline_warmup_epochs", "baseline.warmup_epochs",
+                 "baseline warmup, epochs"),
+                length,
+                ("n", "dataset_size", self.dataset_size_source, "training samples per epoch"),
+                ("η̂", "lr_floor", "date.lr_floor", "LR floor"),
+                ("B", "target_batch", "--batch", "target batch size"))
+        return tuple(Derivation(symbol, name, getattr(self, name), source, "", why)
+                     for symbol, name, source, why in rows)
 
-    def derivations(self) -> tuple[Derivation, ...]:
-        """Every derived number with its formula and the inputs substituted in."""
-        k, b, b0 = self.scale, self.target_batch, self.baseline_batch
-        n, w0, eta0 = self.dataset_size, self.baseline_warmup_epochs, self.baseline_lr
-        peak = {
-            "sqrt": ("√k · η0", f"√{fmt(k)} · {eta0:.5g}", "sqrt scaling"),
-            "linear": ("k · η0", f"{fmt(k)} · {eta0:.5g}", "linear scaling (Goyal et al.)"),
-            "none": ("η0", f"{eta0:.5g}", "no scaling"),
-        }[self.scaling]
-        if self.warmup == "legw":
-            warm = ("k · w0", f"{fmt(k)} · {fmt(w0)}", "linear-epoch warmup (LEGW)")
-            warm_iters = ("w0 · n / B0", f"{fmt(w0)} · {fmt(n)} / {fmt(b0)}",
-                          "= w·n/B: constant across batches")
-        else:
-            warm = ("w0", fmt(w0), "constant-epoch warmup")
-            warm_iters = ("w · n / B", f"{fmt(self.warmup_epochs)} · {fmt(n)} / {fmt(b)}", "")
-        exact_i = b0 * self.baseline_iterations / b
-        rows = []
-        if self.baseline_epochs is not None:
-            rows.append(Derivation(
-                "I0", "baseline_iterations", self.baseline_iterations, "⌈E · n / B0⌉",
-                f"⌈{fmt(self.baseline_epochs)} · {fmt(n)} / {fmt(b0)}⌉", "baseline optimizer steps",
-            ))
-        rows += [
-            Derivation("k", "scale", k, "B / B0", f"{fmt(b)} / {fmt(b0)}"),
-            Derivation("η", "peak_lr", self.peak_lr, *peak),
-            Derivation("w", "warmup_epochs", self.warmup_epochs, *warm),
-            Derivation("I_w", "warmup_iterations", self.warmup_iterations, *warm_iters),
-            Derivation("I", "total_iterations", self.total_iterations, "⌈B0 · I0 / B⌉",
-                       f"⌈{fmt(b0)} · {fmt(self.baseline_iterations)} / {fmt(b)}⌉"
-                       f" = ⌈{fmt(exact_i)}⌉", "same epochs, k× fewer steps"),
-            Derivation("E_tot", "total_epochs", self.total_epochs, "I0 · B0 / n",
-                       f"{fmt(self.baseline_iterations)} · {fmt(b0)} / {fmt(n)}",
-                       "unchanged by scaling"),
-        ]
-        if self.max_legw_batch is not None:
-            rows.append(Derivation(
-                "B_max", "max_legw_batch", self.max_legw_batch, "largest B < B0 · E_tot / w0",
-                f"{fmt(b0)} · {fmt(self.total_epochs)} / {fmt(w0)}",
-                "beyond it LEGW's warmup outlasts training",
-            ))
-        rows.append(Derivation(
-            "A", "accumulation_steps", self.accumulation_steps, "B / (micro_batch · world_size)",
-            f"{fmt(b)} / ({fmt(self.micro_batch)} · {fmt(self.world_size)})",
-            "micro-batches per optimizer step",
-        ))
-        return tuple(rows)
+    # ---------------------------------------------------------------- as JSON
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan's fields plus its phases, as plain JSON-able values."""
-        out = asdict(self)
-        out["phases"] = [asdict(p) for p in self.phases]
-        return out
+        """The plan's fields plus its phases, as JSON values (lists, not tuples): equal to its own
+        JSON round trip."""
+        return _json_values({**asdict(self), "phases": [asdict(p) for p in self.phases]})
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        """The plan :meth:`to_dict` wrote (keys that are not fields, like ``phases``, ignored)."""
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        values["optimizer"] = OptimizerSettings(**values["optimizer"])
+        values["derivations"] = tuple(Derivation(**d) for d in values.get("derivations", ()))
+        return cls(**values)
+
+
+def _json_values(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _json_values(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_values(v) for v in value]
+    return value
 
 
 def fmt(value: float) -> str:
@@ -244,94 +247,179 @@ def fmt(value: float) -> str:
 # ------------------------------------------------------------------------------ derivation
 
 
-def derive_plan(
-    spec: Spec,
-    batch: int,
-    world_size: int = 1,
-    micro_batch: int | None = None,
-) -> Plan:
+class _Ledger:
+    """Records each derived number, with its formula and inputs, as the line computing it runs."""
+
+    def __init__(self) -> None:
+        self.rows: list[Derivation] = []
+
+    def __call__(
+        self, symbol: str, name: str, value: Any, formula: str, inputs: str, note: str = ""
+    ) -> Any:
+        self.rows.append(Derivation(symbol, name, value, formula, inputs, note))
+        return value
+
+
+# Peak-LR rules: (k, η0) -> (η, formula, inputs, why). The value and its formula side by side.
+_PEAK_LR: dict[str, Callable[[float, float], tuple[float, str, str, str]]] = {
+    "sqrt": lambda k, eta0: (
+        math.sqrt(k) * eta0,
+        "√k · η0",
+        f"√{fmt(k)} · {eta0:.5g}",
+        "sqrt scaling",
+    ),
+    "linear": lambda k, eta0: (
+        k * eta0,
+        "k · η0",
+        f"{fmt(k)} · {eta0:.5g}",
+        "linear scaling (Goyal et al.)",
+    ),
+    "none": lambda k, eta0: (eta0, "η0", f"{eta0:.5g}", "no scaling"),
+}
+
+
+def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
+                dataset_size_source: str = "the training data") -> Plan:
     """Derive the plan for training ``spec``'s baseline at global batch ``batch``.
 
-    ``micro_batch`` (or the spec's ``train.micro_batch``) is the per-process batch of one
-    forward/backward pass; by default a process takes its whole share, ``batch / world_size``.
-    Raises :class:`PlanError` when no sound plan exists (spec/DATE.md, "Invalid plans").
+    ``dataset_size`` is n when the spec does not give ``baseline.dataset_size`` (from a recipe or
+    the data, named by ``dataset_size_source``). Raises :class:`PlanError` when no sound plan
+    exists (docs/algorithm.md §2).
     """
     base, date = spec.baseline, spec.date
     _require_positive_int("--batch", batch)
-    _require_positive_int("--nproc (world size)", world_size)
-    if micro_batch is not None:
-        _require_positive_int("--micro-batch", micro_batch)
-    n = base.dataset_size
-    if n is None:
+    n, source = _samples_per_epoch(spec, batch, dataset_size, dataset_size_source)
+    b0, eta0, w0 = base.batch_size, base.lr, base.warmup_epochs
+    d = _Ledger()
+    if base.iterations is not None:
+        i0 = base.iterations
+    else:  # the epochs the user wrote, as the decimal they wrote, so 0.1 epochs stays exact
+        i0 = d("I0", "baseline_iterations", math.ceil(Fraction(repr(base.epochs)) * n / b0),
+               "⌈E · n / B0⌉", f"⌈{fmt(base.epochs)} · {fmt(n)} / {fmt(b0)}⌉",
+               "baseline optimizer steps")
+    k = d("k", "scale", batch / b0, "B / B0", f"{fmt(batch)} / {fmt(b0)}")
+    peak = d("η", "peak_lr", *_PEAK_LR[date.scaling](k, eta0))
+    total_epochs = i0 * b0 / n
+    if date.warmup == "legw":
+        warmup_epochs = d("w", "warmup_epochs", k * w0, "k · w0", f"{fmt(k)} · {fmt(w0)}",
+                          "linear-epoch warmup (LEGW)")
+        # = w·n/B, written so that it is bit-identical at every B
+        warmup_iterations = d("I_w", "warmup_iterations", w0 * n / b0, "w0 · n / B0",
+                              f"{fmt(w0)} · {fmt(n)} / {fmt(b0)}",
+                              "= w·n/B: constant across batches")
+    else:
+        warmup_epochs = d("w", "warmup_epochs", w0, "w0", fmt(w0), "constant-epoch warmup")
+        warmup_iterations = d("I_w", "warmup_iterations", w0 * n / batch, "w · n / B",
+                              f"{fmt(w0)} · {fmt(n)} / {fmt(batch)}")
+    total_iterations = d("I", "total_iterations", -(-b0 * i0 // batch), "⌈B0 · I0 / B⌉",
+                         f"⌈{fmt(b0)} · {fmt(i0)} / {fmt(batch)}⌉ = ⌈{fmt(b0 * i0 / batch)}⌉",
+                         "same epochs, k× fewer steps")
+    d("E_tot", "total_epochs", total_epochs, "I0 · B0 / n", f"{fmt(i0)} · {fmt(b0)} / {fmt(n)}",
+      "unchanged by scaling")
+    max_batch = None
+    if date.warmup == "legw" and w0 > 0:
+        max_batch = d("B_max", "max_legw_batch", math.ceil(b0 * total_epochs / w0) - 1,
+                      "largest B < B0 · E_tot / w0", f"{fmt(b0)} · {fmt(total_epochs)} / {fmt(w0)}",
+                      "beyond it LEGW's warmup outlasts training")
+    _refuse_unsound(spec, batch, k, warmup_epochs, total_epochs, max_batch, peak)
+    ratio = date.layer_ratio
+    return Plan(
+        baseline_batch=b0, target_batch=batch, dataset_size=n, dataset_size_source=source,
+        baseline_lr=eta0, baseline_warmup_epochs=w0, baseline_iterations=i0,
+        baseline_epochs=base.epochs, scaling=date.scaling, warmup=date.warmup,
+        warmup_shape=date.warmup_shape, scale=k, peak_lr=peak, warmup_epochs=warmup_epochs,
+        warmup_iterations=warmup_iterations, total_iterations=total_iterations,
+        total_epochs=total_epochs, lr_floor=date.lr_floor, max_legw_batch=max_batch,
+        optimizer=OptimizerSettings(base.optimizer.name, base.optimizer.options(),
+                                    {"mode": ratio.mode, **ratio.options()}),
+        derivations=tuple(d.rows),
+    )
+
+
+def _samples_per_epoch(
+    spec: Spec, batch: int, dataset_size: int | None, source: str
+) -> tuple[int, str]:
+    """n and where it came from: the spec's ``baseline.dataset_size``, else ``dataset_size``."""
+    if spec.baseline.dataset_size is not None:
+        n, source = spec.baseline.dataset_size, "baseline.dataset_size"
+    elif dataset_size is not None:
+        n = dataset_size
+    else:
         raise PlanError(
             "baseline.dataset_size is missing and no recipe supplies it; add "
             "'dataset_size: <training samples>' under baseline."
         )
     if batch > n:
         raise PlanError(
-            f"batch {batch} is larger than the data set ({n} samples, baseline.dataset_size); "
+            f"batch {batch} is larger than the data set ({n} samples, {source}); "
             f"choose --batch {n} or less."
         )
-    b0, eta0, w0 = base.batch_size, base.lr, base.warmup_epochs
-    if base.iterations is not None:
-        i0 = base.iterations
-    else:  # the epochs the user wrote, as the decimal they wrote, so 0.1 epochs stays exact
-        i0 = math.ceil(Fraction(repr(base.epochs)) * n / b0)
+    return n, source
 
-    k = batch / b0
-    peak = {"sqrt": math.sqrt(k) * eta0, "linear": k * eta0, "none": eta0}[date.scaling]
-    total_epochs = i0 * b0 / n
-    if date.warmup == "legw":
-        warmup_epochs = k * w0
-        warmup_iterations = w0 * n / b0  # = w·n/B, written so it is bit-identical at every B
-        max_batch = math.ceil(b0 * total_epochs / w0) - 1 if w0 > 0 else None
-    else:
-        warmup_epochs = w0
-        warmup_iterations = w0 * n / batch
-        max_batch = None
-    total_iterations = -(-b0 * i0 // batch)
 
+def _refuse_unsound(
+    spec: Spec,
+    batch: int,
+    k: float,
+    warmup_epochs: float,
+    total_epochs: float,
+    max_batch: int | None,
+    peak: float,
+) -> None:
+    """The plans of docs/algorithm.md §2 that cannot work, each refused with its fix."""
     if warmup_epochs >= total_epochs:
-        raise PlanError(_warmup_too_long(batch, k, w0, warmup_epochs, total_epochs, max_batch))
-    if date.lr_floor >= peak:
         raise PlanError(
-            f"date.lr_floor ({fmt(date.lr_floor)}) is not below the peak LR ({fmt(peak)}) at "
+            _warmup_too_long(
+                batch, k, spec.baseline.warmup_epochs, warmup_epochs, total_epochs, max_batch
+            )
+        )
+    if spec.date.lr_floor >= peak:
+        raise PlanError(
+            f"date.lr_floor ({fmt(spec.date.lr_floor)}) is not below the peak LR ({fmt(peak)}) at "
             f"batch {batch}; lower it (the default is 1e-6)."
         )
-    requested_micro = micro_batch if micro_batch is not None else spec.train.micro_batch
-    micro, accumulation = split_batch(batch, world_size, requested_micro)
-
-    return Plan(
-        baseline_batch=b0,
-        target_batch=batch,
-        dataset_size=n,
-        baseline_lr=eta0,
-        baseline_warmup_epochs=w0,
-        baseline_iterations=i0,
-        baseline_epochs=base.epochs,
-        scaling=date.scaling,
-        warmup=date.warmup,
-        warmup_shape=date.warmup_shape,
-        scale=k,
-        peak_lr=peak,
-        warmup_epochs=warmup_epochs,
-        warmup_iterations=warmup_iterations,
-        total_iterations=total_iterations,
-        total_epochs=total_epochs,
-        lr_floor=date.lr_floor,
-        micro_batch=micro,
-        world_size=world_size,
-        accumulation_steps=accumulation,
-        max_legw_batch=max_batch,
-    )
 
 
-def split_batch(batch: int, world_size: int, micro_batch: int | None) -> tuple[int, int]:
-    """Split ``batch`` into (micro_batch, accumulation_steps) for ``world_size`` processes.
+# ------------------------------------------------------------------------------ the batch split
 
-    ``batch == micro_batch × world_size × accumulation_steps`` exactly, or :class:`PlanError`
-    naming values that would work.
-    """
+
+@dataclass(frozen=True)
+class BatchSplit:
+    """How a global batch is computed: micro_batch samples per pass, world_size processes,
+    accumulation_steps passes per optimizer step, exactly."""
+
+    micro_batch: int
+    """Samples per process per forward/backward pass."""
+    world_size: int
+    """Processes (data-parallel replicas)."""
+    accumulation_steps: int
+    """Micro-batches accumulated per optimizer step in each process."""
+
+    @property
+    def batch(self) -> int:
+        """The global batch: micro_batch × world_size × accumulation_steps."""
+        return self.micro_batch * self.world_size * self.accumulation_steps
+
+    @property
+    def samples_per_process(self) -> int:
+        """Samples each process reads per optimizer step."""
+        return self.micro_batch * self.accumulation_steps
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BatchSplit:
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+def split_batch(batch: int, world_size: int, micro_batch: int | None) -> BatchSplit:
+    """Split ``batch`` over ``world_size`` processes with ``micro_batch`` samples per pass (by
+    default a process's whole share): ``batch == micro × world × accumulation`` exactly, or a
+    :class:`PlanError` naming values that would work."""
+    _require_positive_int("--nproc (world size)", world_size)
+    if micro_batch is not None:
+        _require_positive_int("--micro-batch", micro_batch)
     if batch % world_size:
         sizes = [d for d in _divisors(batch) if d <= max(2 * world_size, 8)]
         lower, upper = (batch // world_size) * world_size, -(-batch // world_size) * world_size
@@ -341,7 +429,7 @@ def split_batch(batch: int, world_size: int, micro_batch: int | None) -> tuple[i
         )
     per_process = batch // world_size
     if micro_batch is None:
-        return per_process, 1
+        return BatchSplit(per_process, world_size, 1)
     if micro_batch > per_process:
         raise PlanError(
             f"micro-batch {micro_batch} is larger than each process's share of the batch "
@@ -358,7 +446,56 @@ def split_batch(batch: int, world_size: int, micro_batch: int | None) -> tuple[i
             + ", ".join(f"{m} ({per_process // m} accumulation steps)" for m in options)
             + "."
         )
-    return micro_batch, per_process // micro_batch
+    return BatchSplit(micro_batch, world_size, per_process // micro_batch)
+
+
+# ------------------------------------------------------------------------------ the one resolver
+
+
+class RunPlan(NamedTuple):
+    """What a run trains with: the plan, and beside it the split of its global batch.
+
+    A dry run replaces the split (tiny micro-batches), never the plan."""
+
+    plan: Plan
+    split: BatchSplit
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run's plan as one JSON object: what ``date plan --json`` prints and ``plan.json``
+        holds."""
+        return {**self.plan.to_dict(), **self.split.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunPlan:
+        return cls(Plan.from_dict(data), BatchSplit.from_dict(data))
+
+
+def resolve_plan(
+    spec: Spec,
+    batch: int,
+    world_size: int = 1,
+    micro_batch: int | None = None,
+    recipe: Recipe | None = None,
+    dataset_size: int | None = None,
+) -> RunPlan:
+    """The plan and batch split a run of ``spec`` at global ``batch`` trains with.
+
+    n is ``baseline.dataset_size``, else the recipe's, else ``dataset_size`` (the training data's
+    length, known once a process has loaded it). The micro-batch is ``micro_batch`` (the command
+    line), else ``train.micro_batch``, else the recipe's default fitted to each process's share (the
+    largest divisor of it not above the default), else the whole share.
+    """
+    if recipe is not None and recipe.dataset_size is not None:
+        n, source = recipe.dataset_size, f"recipe {recipe.name}"
+    else:
+        n, source = dataset_size, "the training data"
+    plan = derive_plan(spec, batch, dataset_size=n, dataset_size_source=source)
+    micro = micro_batch if micro_batch is not None else spec.train.micro_batch
+    _require_positive_int("--nproc (world size)", world_size)
+    if micro is None and recipe is not None and batch % world_size == 0:
+        share = batch // world_size
+        micro = max(d for d in _divisors(share) if d <= recipe.default_micro_batch)
+    return RunPlan(plan, split_batch(batch, world_size, micro))
 
 
 def _warmup_too_long(batch, k, w0, w, total, max_batch) -> str:
@@ -391,4 +528,8 @@ def _either(a: int, b: int) -> str:
 
 
 def _list(values: list[int]) -> str:
-    return ", ".join(map(str, values[:-1])) + f" or {values[-1]}" if len(values) > 1 else str(values[0])
+    return (
+        ", ".join(map(str, values[:-1])) + f" or {values[-1]}"
+        if len(values) > 1
+        else str(values[0])
+    )

@@ -26,7 +26,9 @@ class PlanMultiplier:
         return self.plan.lr(scheduler_step + 1) / self.plan.peak_lr
 
 
-def plan_scheduler(optimizer: torch.optim.Optimizer, plan: Plan) -> torch.optim.lr_scheduler.LambdaLR:
+def plan_scheduler(
+    optimizer: torch.optim.Optimizer, plan: Plan
+) -> torch.optim.lr_scheduler.LambdaLR:
     """A scheduler that sets each group's LR to ``initial_lr · lr(step) / η`` before every step."""
     return torch.optim.lr_scheduler.LambdaLR(optimizer, PlanMultiplier(plan))
 

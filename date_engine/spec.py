@@ -30,6 +30,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
+from date_engine.catalog import LAYER_RATIO_DEFAULTS, entry, spec_names
 from date_engine.errors import SpecError
 
 __all__ = [
@@ -39,40 +40,25 @@ __all__ = [
     "OptimizerSpec",
     "Spec",
     "TrainSpec",
+    "apply_overrides",
+    "describe_error",
     "load_spec",
     "parse_spec",
-    "apply_overrides",
 ]
 
-OptimizerName = Literal["sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw", "lars", "lamb"]
+OptimizerName = Literal[spec_names()]  # type: ignore[valid-type]  # the catalog's names
 
-# Options each base optimizer accepts, and torch's default for each (used when the spec is silent).
-_OPTIMIZER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "sgd": {"weight_decay": 0.0},
-    "momentum": {"momentum": 0.9, "dampening": 0.0, "weight_decay": 0.0},
-    "nesterov": {"momentum": 0.9, "weight_decay": 0.0},
-    "adagrad": {"lr_decay": 0.0, "weight_decay": 0.0, "initial_accumulator_value": 0.0, "eps": 1e-10},
-    "rmsprop": {"alpha": 0.99, "eps": 1e-8, "weight_decay": 0.0, "momentum": 0.0, "centered": False},
-    "adam": {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amsgrad": False},
-    "adamw": {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2, "amsgrad": False},
-    # the comparison optimizers of spec/DATE.md §4: they adapt per layer themselves
-    "lars": {"momentum": 0.9, "weight_decay": 0.0},
-    "lamb": {"betas": (0.9, 0.999), "eps": 1e-6, "weight_decay": 0.0},
-}
-LAYERWISE_OPTIMIZERS = ("lars", "lamb")
 
-# Defaults of the per-layer ratio rules (paper §3.5; see spec/DATE.md §3). The optimizer reads
-# these too, so there is one place to change them.
-DEFAULT_GAMMA = 8.0  # chosen by experiment: docs/layer_ratios.md
-DEFAULT_TRUST_COEFFICIENT = 1e-3
-DEFAULT_LOWER = 0.0
-DEFAULT_UPPER = 10.0
+def _stray_option(section: BaseModel, key: str, allowed: Mapping[str, Any]) -> str | None:
+    """The first option ``section`` sets that is neither its chooser ``key`` nor in ``allowed``."""
+    stray = sorted(f for f in section.model_fields_set
+                   if f != key and f not in allowed and getattr(section, f) is not None)
+    return stray[0] if stray else None
 
-_LAYER_RATIO_OPTIONS: dict[str, tuple[str, ...]] = {
-    "dynamic": ("gamma",),
-    "static": ("trust_coefficient", "lower", "upper"),
-    "off": (),
-}
+
+def _resolved(section: BaseModel, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """Every option in ``defaults``: the section's value where it sets one, else the default."""
+    return {k: (v if (v := getattr(section, k)) is not None else d) for k, d in defaults.items()}
 
 
 class _Section(BaseModel):
@@ -99,7 +85,8 @@ class OptimizerSpec(_Section):
     betas: tuple[float, float] | None = None
     """Adam's moment decay rates (adam, adamw, lamb; default [0.9, 0.999])."""
     eps: float | None = Field(default=None, gt=0.0)
-    """Denominator term of adaptive optimizers (adagrad 1e-10; rmsprop, adam, adamw 1e-8; lamb 1e-6)."""
+    """Denominator term of adaptive optimizers (adagrad 1e-10; rmsprop, adam, adamw 1e-8; lamb
+    1e-6)."""
     alpha: float | None = Field(default=None, gt=0.0, lt=1.0)
     """RMSprop's squared-gradient decay (default 0.99)."""
     centered: bool | None = None
@@ -113,12 +100,10 @@ class OptimizerSpec(_Section):
 
     @model_validator(mode="after")
     def _options_belong_to_optimizer(self) -> OptimizerSpec:
-        allowed = _OPTIMIZER_DEFAULTS[self.name]
-        stray = sorted(f for f in self.model_fields_set
-                       if f != "name" and f not in allowed and getattr(self, f) is not None)
-        if stray:
+        allowed = entry(self.name).defaults
+        if stray := _stray_option(self, "name", allowed):
             raise ValueError(
-                f"'{stray[0]}' is not an option of the {self.name} optimizer; remove it "
+                f"'{stray}' is not an option of the {self.name} optimizer; remove it "
                 f"(its options: {', '.join(allowed)})"
             )
         if self.betas is not None and not all(0.0 <= b < 1.0 for b in self.betas):
@@ -126,21 +111,17 @@ class OptimizerSpec(_Section):
         return self
 
     @property
-    def adaptive(self) -> bool:
-        """True for optimizers that normalise the gradient per element (AdaGrad, RMSprop, Adam)."""
-        return self.name in ("adagrad", "rmsprop", "adam", "adamw")
+    def family(self) -> str:
+        """sgd, adaptive or layerwise (see :mod:`date_engine.catalog`)."""
+        return entry(self.name).family
 
     def options(self) -> dict[str, Any]:
         """Every option of this optimizer, the spec's value where given, else torch's default."""
-        resolved = dict(_OPTIMIZER_DEFAULTS[self.name])
-        for field in self.model_fields_set & resolved.keys():
-            if getattr(self, field) is not None:
-                resolved[field] = getattr(self, field)
-        return resolved
+        return _resolved(self, entry(self.name).defaults)
 
 
 class LayerRatioSpec(_Section):
-    """Per-layer learning-rate ratios (paper §3.5; spec/DATE.md §3)."""
+    """Per-layer learning-rate ratios (paper §3.5; docs/algorithm.md §3)."""
 
     mode: Literal["dynamic", "static", "off"] = "dynamic"
     """dynamic: clamp(ρ/m, 1/γ, γ) with m the geometric mean of the ratios; static: clamp(c·ρ,
@@ -157,41 +138,26 @@ class LayerRatioSpec(_Section):
 
     @model_validator(mode="after")
     def _options_belong_to_mode(self) -> LayerRatioSpec:
-        allowed = _LAYER_RATIO_OPTIONS[self.mode]
-        stray = sorted(f for f in self.model_fields_set
-                       if f != "mode" and f not in allowed and getattr(self, f) is not None)
-        if stray:
-            owner = next(m for m, opts in _LAYER_RATIO_OPTIONS.items() if stray[0] in opts)
+        if stray := _stray_option(self, "mode", LAYER_RATIO_DEFAULTS[self.mode]):
+            owner = next(m for m, opts in LAYER_RATIO_DEFAULTS.items() if stray in opts)
             raise ValueError(
-                f"'{stray[0]}' belongs to mode {owner}, not {self.mode}; remove it or set "
+                f"'{stray}' belongs to mode {owner}, not {self.mode}; remove it or set "
                 f"mode: {owner}"
             )
-        if self.mode == "static" and self.resolved_lower > self.resolved_upper:
+        options = self.options()
+        if self.mode == "static" and options["lower"] > options["upper"]:
             raise ValueError(
-                f"lower ({self.resolved_lower:g}) is above upper ({self.resolved_upper:g}); "
-                "swap them"
+                f"lower ({options['lower']:g}) is above upper ({options['upper']:g}); swap them"
             )
         return self
 
-    @property
-    def resolved_gamma(self) -> float:
-        return DEFAULT_GAMMA if self.gamma is None else self.gamma
-
-    @property
-    def resolved_trust_coefficient(self) -> float:
-        return DEFAULT_TRUST_COEFFICIENT if self.trust_coefficient is None else self.trust_coefficient
-
-    @property
-    def resolved_lower(self) -> float:
-        return DEFAULT_LOWER if self.lower is None else self.lower
-
-    @property
-    def resolved_upper(self) -> float:
-        return DEFAULT_UPPER if self.upper is None else self.upper
+    def options(self) -> dict[str, Any]:
+        """This mode's options, the spec's value where given, else the default."""
+        return _resolved(self, LAYER_RATIO_DEFAULTS[self.mode])
 
 
 class BaselineSpec(_Section):
-    """The small-batch run that already works: DATE's only inputs (spec/DATE.md §1)."""
+    """The small-batch run that already works: DATE's only inputs (docs/algorithm.md §1)."""
 
     batch_size: PositiveInt
     """B0: the baseline's global batch size, in samples."""
@@ -202,7 +168,7 @@ class BaselineSpec(_Section):
     iterations: PositiveInt | None = None
     """I0: the baseline's optimizer steps. Give this or ``epochs``, not both."""
     epochs: float | None = Field(default=None, gt=0.0)
-    """E: the baseline's training length in epochs; I0 = ceil(E·n/B0). Give this or ``iterations``."""
+    """E: the baseline's length in epochs; I0 = ceil(E·n/B0). Give this or ``iterations``."""
     dataset_size: PositiveInt | None = None
     """n: training samples per epoch. Optional when the recipe knows it."""
     optimizer: OptimizerSpec = OptimizerSpec()
@@ -213,13 +179,14 @@ class BaselineSpec(_Section):
         if (self.iterations is None) == (self.epochs is None):
             given = "both" if self.iterations is not None else "neither"
             raise ValueError(
-                f"give exactly one of 'iterations' or 'epochs' for the baseline's length (got {given})"
+                "give exactly one of 'iterations' or 'epochs' for the baseline's length "
+                f"(got {given})"
             )
         return self
 
 
 class DateSpec(_Section):
-    """How DATE scales the baseline (spec/DATE.md §2)."""
+    """How DATE scales the baseline (docs/algorithm.md §2)."""
 
     scaling: Literal["sqrt", "linear", "none"] = "sqrt"
     """Peak LR rule: sqrt (η = √k·η0, DATE), linear (η = k·η0, Goyal et al.) or none (η = η0)."""
@@ -234,7 +201,8 @@ class DateSpec(_Section):
 
 
 class TrainSpec(_Section):
-    """Settings of the bundled trainer (``date scale``). None of them changes the plan's schedule."""
+    """Settings of the bundled trainer (``date scale``). None of them changes the plan's
+    schedule."""
 
     micro_batch: PositiveInt | None = None
     """Samples per process per forward/backward pass; the rest of the batch is accumulation.
@@ -282,7 +250,7 @@ class Spec(_Section):
     @model_validator(mode="after")
     def _one_layer_ratio(self) -> Spec:
         name = self.baseline.optimizer.name
-        if name in LAYERWISE_OPTIMIZERS and self.date.layer_ratio.mode != "off":
+        if self.baseline.optimizer.family == "layerwise" and self.date.layer_ratio.mode != "off":
             raise ValueError(
                 f"baseline.optimizer {name} applies its own per-layer trust ratio; set "
                 "date.layer_ratio: {mode: off} (DATE's ratios would apply a second one)"
@@ -302,8 +270,16 @@ class Spec(_Section):
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-_NOT_FINGERPRINTED = ("output_dir", "data_dir", "checkpoint_every", "checkpoint_minutes",
-                      "keep_checkpoints", "log_every", "eval_every", "num_workers")
+_NOT_FINGERPRINTED = (
+    "output_dir",
+    "data_dir",
+    "checkpoint_every",
+    "checkpoint_minutes",
+    "keep_checkpoints",
+    "log_every",
+    "eval_every",
+    "num_workers",
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -330,7 +306,7 @@ _Loader.add_implicit_resolver(
 
 
 def _yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_Loader)
 
 
 def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> Spec:
@@ -367,7 +343,7 @@ def parse_spec(raw: Any, overrides: Iterable[str] = (), source: str = "<spec>") 
     try:
         return Spec.model_validate(data)
     except ValidationError as exc:
-        lines = [_describe(err, overridden) for err in exc.errors()]
+        lines = [describe_error(err, overridden) for err in exc.errors()]
         raise SpecError(f"{source}: " + "\n".join(lines)) from None
 
 
@@ -426,18 +402,25 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    return f"{where}malformed YAML ({problem}); check the indentation and the 'key: value' pairs there."
+    return (f"{where}malformed YAML ({problem}); check the indentation and the 'key: value' "
+            "pairs there.")
 
 
-def _describe(err: Mapping[str, Any], overridden: set[str]) -> str:
-    loc = tuple(str(part) for part in err["loc"])
+def describe_error(
+    err: Mapping[str, Any], overridden: Iterable[str] = (), prefix: tuple[str, ...] = ()
+) -> str:
+    """One pydantic validation error as a sentence naming the field (``prefix`` + its location)
+    and the fix; ``overridden`` are the dotted keys set by ``--set``."""
+    loc = prefix + tuple(str(part) for part in err["loc"])
     field = ".".join(loc) or "spec"
     kind = err["type"]
     ctx = err.get("ctx") or {}
     got = err.get("input")
     if kind == "extra_forbidden":
         allowed = _allowed_keys(loc[:-1])
-        elsewhere = [".".join(s) for s in _sections() if s != loc[:-1] and loc[-1] in _allowed_keys(s)]
+        elsewhere = [
+            ".".join(s) for s in _sections() if s != loc[:-1] and loc[-1] in _allowed_keys(s)
+        ]
         close = difflib.get_close_matches(loc[-1], allowed, n=1)
         if elsewhere:
             hint = f"'{loc[-1]}' belongs under {elsewhere[0]}; "
@@ -455,8 +438,12 @@ def _describe(err: Mapping[str, Any], overridden: set[str]) -> str:
     elif kind in ("string_type",):
         text = f"{field}: expected text, got {got!r}."
     elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        bound = {"greater_than": "> {gt}", "greater_than_equal": ">= {ge}",
-                 "less_than": "< {lt}", "less_than_equal": "<= {le}"}[kind].format(**ctx)
+        bound = {
+            "greater_than": "> {gt}",
+            "greater_than_equal": ">= {ge}",
+            "less_than": "< {lt}",
+            "less_than_equal": "<= {le}",
+        }[kind].format(**ctx)
         text = f"{field}: must be {bound}, got {got!r}."
     elif kind == "literal_error":
         text = f"{field}: must be one of {ctx.get('expected')}, got {got!r}."
@@ -482,7 +469,9 @@ def _allowed_keys(loc: tuple[str, ...]) -> list[str]:
     return list(model.model_fields) if model is not None else []
 
 
-def _sections(model: type[BaseModel] | None = None, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+def _sections(
+    model: type[BaseModel] | None = None, prefix: tuple[str, ...] = ()
+) -> list[tuple[str, ...]]:
     """Dotted paths of every section (nested model) of the spec, the top level included."""
     model = model or Spec
     found = [prefix]

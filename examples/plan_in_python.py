@@ -12,11 +12,15 @@ from date_engine import DateError, derive_plan, load_spec
 
 def main(spec_path: str, batch: int) -> None:
     plan = derive_plan(load_spec(spec_path), batch)
-    print(f"k = {plan.scale:g}, peak lr = {plan.peak_lr:.5g}, warmup = {plan.warmup_epochs:g} epochs "
-          f"({plan.warmup_iterations:g} steps), {plan.total_iterations} steps")
+    print(
+        f"k = {plan.scale:g}, peak lr = {plan.peak_lr:.5g}, warmup = {plan.warmup_epochs:g} epochs "
+        f"({plan.warmup_iterations:g} steps), {plan.total_iterations} steps"
+    )
     for phase in plan.phases:
-        print(f"{phase.name:>6}: steps {phase.first_step}-{phase.last_step}, "
-              f"lr {phase.first_lr:.4g} -> {phase.last_lr:.4g}")
+        print(
+            f"{phase.name:>6}: steps {phase.first_step}-{phase.last_step}, "
+            f"lr {phase.first_lr:.4g} -> {phase.last_lr:.4g}"
+        )
     # Plan.lr is a pure function of the 1-based optimizer step: call it inside any training loop.
     for step in (1, plan.total_iterations // 2, plan.total_iterations):
         print(f"lr({step}) = {plan.lr(step):.6g}")

@@ -10,7 +10,7 @@ from date_engine import parse_spec
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
 
-# The paper's worked example (spec/DATE.md §1): LeNet on MNIST, B0 = 1024.
+# The paper's worked example (docs/algorithm.md §1): LeNet on MNIST, B0 = 1024.
 LENET = {
     "baseline": {
         "batch_size": 1024,

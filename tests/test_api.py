@@ -1,4 +1,5 @@
-"""The public API: names re-exported from `date_engine`, torch loaded only when a torch name is used."""
+"""The public API: names re-exported from `date_engine`, torch loaded only when a torch name is
+used."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ def test_public_names_resolve():
 
 
 def test_import_does_not_load_torch_until_a_torch_name_is_used():
-    code = ("import sys, date_engine\n"
-            "before = 'torch' in sys.modules\n"
-            "date_engine.DATE\n"
-            "print(before, 'torch' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                         check=True)
+    code = (
+        "import sys, date_engine\n"
+        "before = 'torch' in sys.modules\n"
+        "date_engine.DATE\n"
+        "print(before, 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
     assert out.stdout.split() == ["False", "True"]

@@ -7,30 +7,44 @@ import io
 import pytest
 import torch
 
-from date_engine import derive_plan
-from date_engine.optim import DATE
+from date_engine import derive_plan, parse_spec
+from date_engine.catalog import LAYER_RATIO_DEFAULTS
+from date_engine.optim import DATE, LARS
 from date_engine.optim.build import build_base_optimizer, build_optimizer
 from date_engine.schedule import plan_scheduler
-from date_engine.spec import LayerRatioSpec, OptimizerSpec
-from tests.conftest import lenet_spec
+from date_engine.spec import OptimizerSpec
+from tests.conftest import LENET, lenet_spec
 
 
 @pytest.mark.parametrize(
     "spec, cls, expected",
     [
         (OptimizerSpec(name="sgd"), torch.optim.SGD, {"momentum": 0, "nesterov": False}),
-        (OptimizerSpec(name="momentum", weight_decay=5e-5), torch.optim.SGD,
-         {"momentum": 0.9, "weight_decay": 5e-5}),
-        (OptimizerSpec(name="nesterov", momentum=0.8), torch.optim.SGD, {"momentum": 0.8, "nesterov": True}),
+        (
+            OptimizerSpec(name="momentum", weight_decay=5e-5),
+            torch.optim.SGD,
+            {"momentum": 0.9, "weight_decay": 5e-5},
+        ),
+        (
+            OptimizerSpec(name="nesterov", momentum=0.8),
+            torch.optim.SGD,
+            {"momentum": 0.8, "nesterov": True},
+        ),
         (OptimizerSpec(name="adagrad"), torch.optim.Adagrad, {"eps": 1e-10}),
-        (OptimizerSpec(name="rmsprop", alpha=0.9), torch.optim.RMSprop, {"alpha": 0.9, "eps": 1e-8}),
+        (
+            OptimizerSpec(name="rmsprop", alpha=0.9),
+            torch.optim.RMSprop,
+            {"alpha": 0.9, "eps": 1e-8},
+        ),
         (OptimizerSpec(name="adam", betas=(0.8, 0.9)), torch.optim.Adam, {"betas": (0.8, 0.9)}),
         (OptimizerSpec(name="adamw"), torch.optim.AdamW, {"weight_decay": 1e-2}),
     ],
     ids=lambda v: getattr(v, "name", None) if isinstance(v, OptimizerSpec) else "",
 )
 def test_base_optimizer_from_spec(spec, cls, expected):
-    opt = build_base_optimizer([torch.nn.Parameter(torch.zeros(2, 2))], spec, lr=0.5)
+    opt = build_base_optimizer(
+        [torch.nn.Parameter(torch.zeros(2, 2))], spec.name, spec.options(), lr=0.5
+    )
     assert type(opt) is cls
     group = opt.param_groups[0]
     assert group["lr"] == 0.5
@@ -38,16 +52,42 @@ def test_base_optimizer_from_spec(spec, cls, expected):
         assert group[key] == value, key
 
 
-def test_date_over_the_base_with_the_spec_rule():
+def test_date_over_the_base_with_the_plans_rule():
     model = torch.nn.Linear(3, 2)
-    opt = build_optimizer(model.named_parameters(), OptimizerSpec(name="adam"),
-                          LayerRatioSpec(mode="static", trust_coefficient=0.5, upper=2.0), lr=0.1)
-    assert isinstance(opt, DATE) and isinstance(opt.base, torch.optim.Adam)
+    spec = lenet_spec(layer_ratio={"mode": "static", "trust_coefficient": 0.5, "upper": 2.0})
+    plan = derive_plan(spec, 8192)
+    assert plan.optimizer.layer_ratio == {
+        "mode": "static",
+        "trust_coefficient": 0.5,
+        "lower": 0.0,
+        "upper": 2.0,
+    }
+    opt = build_optimizer(model.named_parameters(), plan.optimizer, lr=0.1)
+    assert isinstance(opt, DATE) and isinstance(opt.base, torch.optim.RMSprop)
     assert (opt.rule.mode, opt.rule.trust_coefficient, opt.rule.lower, opt.rule.upper) == (
-        "static", 0.5, 0.0, 2.0)
+        "static",
+        0.5,
+        0.0,
+        2.0,
+    )
     assert opt.param_groups[0]["param_names"] == ["weight", "bias"]
-    default = build_optimizer(model.parameters(), OptimizerSpec(), LayerRatioSpec(), lr=0.1)
-    assert default.rule.mode == "dynamic" and default.rule.gamma == LayerRatioSpec().resolved_gamma
+    default = build_optimizer(model.parameters(), derive_plan(lenet_spec(), 8192).optimizer, lr=0.1)
+    assert default.rule.mode == "dynamic"
+    assert default.rule.gamma == LAYER_RATIO_DEFAULTS["dynamic"]["gamma"] == 8.0
+
+
+def test_layerwise_optimizers_are_built_without_date():
+    spec = parse_spec(
+        {
+            **LENET,
+            "baseline": {**LENET["baseline"], "optimizer": {"name": "lars"}},
+            "date": {"layer_ratio": {"mode": "off"}},
+        }
+    )
+    opt = build_optimizer(
+        torch.nn.Linear(3, 2).named_parameters(), derive_plan(spec, 8192).optimizer, lr=0.1
+    )
+    assert isinstance(opt, LARS) and [g["layer_ratio"] for g in opt.param_groups] == [True, False]
 
 
 def test_scheduler_gives_every_optimizer_step_the_plan_lr():

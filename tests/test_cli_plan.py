@@ -30,7 +30,7 @@ def test_plan_shows_every_derived_number_with_its_formula():
                  "29.952 epochs", "15335"]:
         assert text in out, text
     assert "1–117" in out and "118–219" in out  # the warmup, decay and floor phases
-    assert "Batch split: 8192 = 8192 (micro-batch) × 1 (process) × 1 (accumulation step)" in out
+    assert "Batch split: 8192 = 1024 (micro-batch) × 1 (process) × 8 (accumulation steps)" in out
     assert "⣀" in out or "⠉" in out  # the braille LR curve
 
 
@@ -74,30 +74,53 @@ def test_plot_writes_a_png(tmp_path):
 
 BAD_INPUT = [
     # (arguments after `plan`, words the message must contain)
-    ([LENET, "--batch", 16384], "LEGW fits up to batch 15335"),                    # w >= E_tot
-    ([LENET, "--batch", 60001], "larger than the data set (60000 samples"),        # B > n
+    ([LENET, "--batch", 16384], "LEGW fits up to batch 15335"),  # w >= E_tot
+    ([LENET, "--batch", 60001], "larger than the data set (60000 samples"),  # B > n
     ([LENET, "--batch", 0], "--batch must be a positive whole number, got 0"),
     ([LENET, "--batch", -8], "--batch must be a positive whole number, got -8"),
     ([LENET, "--batch", 8192, "--nproc", 0], "--nproc (world size) must be a positive"),
     ([LENET, "--batch", 8192, "--micro-batch", 0], "--micro-batch must be a positive"),
     ([LENET, "--batch", 8192, "--set", "baseline.lr=-0.1"], "baseline.lr: must be > 0.0"),
-    ([LENET, "--batch", 8192, "--set", "baseline.epochs=30"], "give exactly one of 'iterations' or 'epochs'"),
+    (
+        [LENET, "--batch", 8192, "--set", "baseline.epochs=30"],
+        "give exactly one of 'iterations' or 'epochs'",
+    ),
     ([LENET, "--batch", 8192, "--set", "baseline.iterations=null"], "(got neither)"),
-    ([LENET, "--batch", 8192, "--nproc", 3], "use a batch of 8190 or 8193, or --nproc 1, 2, 4 or 8"),
-    ([LENET, "--batch", 8192, "--nproc", 4, "--micro-batch", 48],
-     "micro-batches that work: 32 (64 accumulation steps), 64 (32 accumulation steps)"),
+    (
+        [LENET, "--batch", 8192, "--nproc", 3],
+        "use a batch of 8190 or 8193, or --nproc 1, 2, 4 or 8",
+    ),
+    (
+        [LENET, "--batch", 8192, "--nproc", 4, "--micro-batch", 48],
+        "micro-batches that work: 32 (64 accumulation steps), 64 (32 accumulation steps)",
+    ),
     ([LENET, "--batch", 8192, "--micro-batch", 10000], "use --micro-batch 8192 or less"),
-    ([LENET, "--batch", 8192, "--set", "date.lr_floor=0.01"], "date.lr_floor (0.01) is not below the peak LR"),
-    ([LENET, "--batch", 8192, "--set", "baseline.warmup_epochs=40"], "baseline.warmup_epochs (40) is not shorter"),
-    ([LENET, "--batch", 8192, "--set", "baseline.dataset_size=null", "--set", "recipe=null"],
-     "baseline.dataset_size is missing and no recipe supplies it"),
+    (
+        [LENET, "--batch", 8192, "--set", "date.lr_floor=0.01"],
+        "date.lr_floor (0.01) is not below the peak LR",
+    ),
+    (
+        [LENET, "--batch", 8192, "--set", "baseline.warmup_epochs=40"],
+        "baseline.warmup_epochs (40) is not shorter",
+    ),
+    (
+        [LENET, "--batch", 8192, "--set", "baseline.dataset_size=null", "--set", "recipe=null"],
+        "baseline.dataset_size is missing and no recipe supplies it",
+    ),
     (["missing.yaml", "--batch", 8192], "missing.yaml: does not exist"),
-    ([LENET, "--batch", 8192, "--set", "baseline.batch_size=many"],
-     "baseline.batch_size: expected a whole number, got 'many'"),
-    ([LENET, "--batch", 8192, "--set", "date.warmup_epochs=3"],
-     "date.warmup_epochs: unknown key; 'warmup_epochs' belongs under baseline"),
+    (
+        [LENET, "--batch", 8192, "--set", "baseline.batch_size=many"],
+        "baseline.batch_size: expected a whole number, got 'many'",
+    ),
+    (
+        [LENET, "--batch", 8192, "--set", "date.warmup_epochs=3"],
+        "date.warmup_epochs: unknown key; 'warmup_epochs' belongs under baseline",
+    ),
     ([LENET, "--batch", 8192, "--set", "baseline.lr"], "--set 'baseline.lr': expected key=value"),
-    ([LENET, "--batch", 8192, "--plot", "/nonexistent/dir/lr.png"], "the folder /nonexistent/dir does not exist"),
+    (
+        [LENET, "--batch", 8192, "--plot", "/nonexistent/dir/lr.png"],
+        "the folder /nonexistent/dir does not exist",
+    ),
 ]
 
 
@@ -114,9 +137,19 @@ def test_malformed_yaml_and_unknown_key_in_the_file(write_spec):
     bad = write_spec("baseline: {batch_size: 1024, lr: [0.1\n", "bad.yaml")
     result = plan(bad, "--batch", 8192)
     assert result.exit_code == 2 and "bad.yaml: line 2, column 1: malformed YAML" in result.stderr
-    typo = write_spec({"baseline": {"batch_size": 1024, "lr": 0.1, "warmup_epochs": 1,
-                                    "epochs": 10, "dataset_size": 60000, "learning_rate": 1}},
-                      "typo.yaml")
+    typo = write_spec(
+        {
+            "baseline": {
+                "batch_size": 1024,
+                "lr": 0.1,
+                "warmup_epochs": 1,
+                "epochs": 10,
+                "dataset_size": 60000,
+                "learning_rate": 1,
+            }
+        },
+        "typo.yaml",
+    )
     result = plan(typo, "--batch", 8192)
     assert result.exit_code == 2
     assert "typo.yaml: baseline.learning_rate: unknown key" in result.stderr
@@ -143,14 +176,16 @@ def test_date_plan_does_not_import_torch():
         "assert r.exit_code == 0, r.output\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'matplotlib')))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
     assert out.stdout.strip() == "[]"
 
 
 def test_module_entry_point():
-    out = subprocess.run([sys.executable, "-m", "date_engine", "--help"], capture_output=True,
-                         text=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "date_engine", "--help"], capture_output=True, text=True, cwd=ROOT
+    )
     assert out.returncode == 0 and "plan" in out.stdout
 
 

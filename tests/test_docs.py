@@ -32,11 +32,11 @@ def test_readme_python_example_matches_its_comments():
     block = re.search(r"```python\n(.*?)```", README, flags=re.S).group(1)
     setup = block.split("for step")[0].replace("recipes/", str(ROOT / "recipes") + "/")
     scope: dict = {}
-    exec(setup.split("plan.peak_lr,")[0], scope)  # noqa: S102 - our own README
-    plan = scope["plan"]
+    exec(setup.split("plan.peak_lr,")[0], scope)
+    plan, split = scope["plan"], scope["split"]
     claimed = re.search(r"# (.*)", block.split("plan.peak_lr,")[1]).group(1)
     shown = [float(x) for x in claimed.split(", ")]
-    actual = [plan.peak_lr, plan.warmup_epochs, plan.total_iterations, plan.accumulation_steps]
+    actual = [plan.peak_lr, plan.warmup_epochs, plan.total_iterations, split.accumulation_steps]
     assert [round(a, 7) for a in actual] == shown
 
 

@@ -1,4 +1,4 @@
-"""DATE against a float64 per-parameter reference of spec/DATE.md §3, and as a torch optimizer."""
+"""DATE against a float64 per-parameter reference of docs/algorithm.md §3, and as an optimizer."""
 
 from __future__ import annotations
 
@@ -9,16 +9,25 @@ import pytest
 import torch
 
 from date_engine.optim import DATE
-from date_engine.spec import DEFAULT_GAMMA, DEFAULT_LOWER, DEFAULT_TRUST_COEFFICIENT, DEFAULT_UPPER
+from date_engine.optim.ratios import DEFAULTS
+
+DEFAULT_GAMMA, DEFAULT_TRUST_COEFFICIENT = DEFAULTS.gamma, DEFAULTS.trust_coefficient
+DEFAULT_LOWER, DEFAULT_UPPER = DEFAULTS.lower, DEFAULTS.upper
 
 STEPS = 10
 BASES = {
     # name: (torch class, group-0 options, group-1 options)
     "sgd": (torch.optim.SGD, dict(lr=0.1), dict(lr=0.05, weight_decay=1e-2)),
-    "momentum": (torch.optim.SGD, dict(lr=0.1, momentum=0.9, dampening=0.1),
-                 dict(lr=0.05, momentum=0.9, weight_decay=1e-2)),
-    "nesterov": (torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True),
-                 dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=1e-2)),
+    "momentum": (
+        torch.optim.SGD,
+        dict(lr=0.1, momentum=0.9, dampening=0.1),
+        dict(lr=0.05, momentum=0.9, weight_decay=1e-2),
+    ),
+    "nesterov": (
+        torch.optim.SGD,
+        dict(lr=0.1, momentum=0.9, nesterov=True),
+        dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=1e-2),
+    ),
     "adagrad": (torch.optim.Adagrad, dict(lr=0.1), dict(lr=0.05, weight_decay=1e-2)),
     "rmsprop": (torch.optim.RMSprop, dict(lr=1e-2), dict(lr=5e-3, weight_decay=1e-2, momentum=0.5)),
     "adam": (torch.optim.Adam, dict(lr=1e-2), dict(lr=5e-3, weight_decay=1e-2)),
@@ -35,10 +44,10 @@ MODES = {
 # spread over orders of magnitude and the clamps bind.
 LAYOUT = [
     ("w1", (6, 5), "normal", 1.0, 0),
-    ("one", (1,), "normal", 1.0, 0),         # shape [1]: ndim <= 1, kept at r = 1
-    ("bias", (5,), "zeros", 1.0, 0),         # zero-initialised bias
-    ("zero_w", (3, 3), "zeros", 0.1, 0),     # ||w|| = 0 at the first step: r = 1 then
-    ("nograd", (2, 2), "normal", None, 0),   # never gets a gradient
+    ("one", (1,), "normal", 1.0, 0),  # shape [1]: ndim <= 1, kept at r = 1
+    ("bias", (5,), "zeros", 1.0, 0),  # zero-initialised bias
+    ("zero_w", (3, 3), "zeros", 0.1, 0),  # ||w|| = 0 at the first step: r = 1 then
+    ("nograd", (2, 2), "normal", None, 0),  # never gets a gradient
     ("w2", (4, 3, 2), "normal", 10.0, 1),
     ("w3", (8, 2), "normal", 0.01, 1),
 ]
@@ -48,21 +57,32 @@ def make_params(dtype=torch.float64, seed=0):
     gen = torch.Generator().manual_seed(seed)
     params = {}
     for name, shape, init, _, _ in LAYOUT:
-        value = torch.randn(shape, generator=gen, dtype=dtype) if init == "normal" else torch.zeros(shape, dtype=dtype)
+        value = (
+            torch.randn(shape, generator=gen, dtype=dtype)
+            if init == "normal"
+            else torch.zeros(shape, dtype=dtype)
+        )
         params[name] = torch.nn.Parameter(value)
     return params
 
 
 def gradients(dtype=torch.float64, seed=1):
     gen = torch.Generator().manual_seed(seed)
-    return [{name: None if scale is None else scale * torch.randn(shape, generator=gen, dtype=dtype)
-             for name, shape, _, scale, _ in LAYOUT} for _ in range(STEPS)]
+    return [
+        {
+            name: None if scale is None else scale * torch.randn(shape, generator=gen, dtype=dtype)
+            for name, shape, _, scale, _ in LAYOUT
+        }
+        for _ in range(STEPS)
+    ]
 
 
 def build(base_name, params):
     cls, opts0, opts1 = BASES[base_name]
-    groups = [{"params": [params[n] for n, *_, g in LAYOUT if g == k], **opts} for k, opts in
-              enumerate((opts0, opts1))]
+    groups = [
+        {"params": [params[n] for n, *_, g in LAYOUT if g == k], **opts}
+        for k, opts in enumerate((opts0, opts1))
+    ]
     return cls(groups)
 
 
@@ -77,9 +97,16 @@ def run(opt, params, grads):
 # --------------------------------------------------------------------- the float64 reference
 
 
-def reference_ratios(params, grads, mode, gamma=DEFAULT_GAMMA, trust_coefficient=DEFAULT_TRUST_COEFFICIENT,
-                     lower=DEFAULT_LOWER, upper=DEFAULT_UPPER):
-    """r_l per spec §3, one parameter at a time, in Python floats."""
+def reference_ratios(
+    params,
+    grads,
+    mode,
+    gamma=DEFAULT_GAMMA,
+    trust_coefficient=DEFAULT_TRUST_COEFFICIENT,
+    lower=DEFAULT_LOWER,
+    upper=DEFAULT_UPPER,
+):
+    """r_l per docs/algorithm.md §3, one parameter at a time, in Python floats."""
     rho, valid = {}, {}
     for name, shape, *_ in LAYOUT:
         g = grads[name]
@@ -91,7 +118,9 @@ def reference_ratios(params, grads, mode, gamma=DEFAULT_GAMMA, trust_coefficient
     if mode == "off":
         return {n: 1.0 for n in rho}
     if mode == "static":
-        return {n: min(max(trust_coefficient * rho[n], lower), upper) if valid[n] else 1.0 for n in rho}
+        return {
+            n: min(max(trust_coefficient * rho[n], lower), upper) if valid[n] else 1.0 for n in rho
+        }
     logs = [math.log(rho[n]) for n in rho if valid[n]]
     m = math.exp(sum(logs) / len(logs)) if logs else 1.0
     return {n: min(max(rho[n] / m, 1 / gamma), gamma) if valid[n] else 1.0 for n in rho}
@@ -121,7 +150,11 @@ def reference_run(base_name, mode_opts, params, grads):
                     mu = opts.get("momentum", 0.0)
                     if mu:
                         buf = sgd_state.get(name)
-                        buf = d.clone() if buf is None else mu * buf + (1 - opts.get("dampening", 0.0)) * d
+                        buf = (
+                            d.clone()
+                            if buf is None
+                            else mu * buf + (1 - opts.get("dampening", 0.0)) * d
+                        )
                         sgd_state[name] = buf
                         d = d + mu * buf if opts.get("nesterov") else buf
                     p -= opts["lr"] * d
@@ -195,8 +228,13 @@ def test_foreach_path_equals_loop_fallback(base_name):
 def test_exclude_by_name_and_by_group():
     params = make_params()
     names = [n for n, *_ in LAYOUT]
-    base = torch.optim.SGD([{"params": [(n, params[n]) for n in names if n != "w3"]},
-                            {"params": [("w3", params["w3"])], "layer_ratio": False}], lr=0.1)
+    base = torch.optim.SGD(
+        [
+            {"params": [(n, params[n]) for n in names if n != "w3"]},
+            {"params": [("w3", params["w3"])], "layer_ratio": False},
+        ],
+        lr=0.1,
+    )
     opt = DATE(base, exclude=lambda name, p: name == "w2")
     run(opt, params, gradients()[:1])
     assert opt.last_ratios.numel() == 2  # w1 and zero_w; w2 by name, w3 by its group
@@ -219,7 +257,10 @@ def tiny_model(seed=0):
 
 def batches(n=8, seed=3):
     gen = torch.Generator().manual_seed(seed)
-    return [(torch.randn(32, 5, generator=gen), torch.randint(0, 3, (32,), generator=gen)) for _ in range(n)]
+    return [
+        (torch.randn(32, 5, generator=gen), torch.randint(0, 3, (32,), generator=gen))
+        for _ in range(n)
+    ]
 
 
 def train(model, opt, data, sched=None, scaler=None):
@@ -241,17 +282,23 @@ def make(base_cls, model, **kw):
     return DATE(base_cls(model.parameters(), lr=0.05, **kw))
 
 
-@pytest.mark.parametrize("base_cls, kw", [(torch.optim.SGD, dict(momentum=0.9, weight_decay=1e-4)),
-                                          (torch.optim.Adam, dict(weight_decay=1e-4))],
-                         ids=["momentum", "adam"])
+@pytest.mark.parametrize(
+    "base_cls, kw",
+    [
+        (torch.optim.SGD, dict(momentum=0.9, weight_decay=1e-4)),
+        (torch.optim.Adam, dict(weight_decay=1e-4)),
+    ],
+    ids=["momentum", "adam"],
+)
 def test_resume_from_state_dict_reproduces_the_trajectory(base_cls, kw):
     data = batches(8)
     model = tiny_model()
     opt = make(base_cls, model, **kw)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
     train(model, opt, data[:4], sched)
-    saved = copy.deepcopy({"model": model.state_dict(), "opt": opt.state_dict(),
-                           "sched": sched.state_dict()})
+    saved = copy.deepcopy(
+        {"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict()}
+    )
     train(model, opt, data[4:], sched)
 
     # a fresh process: build model, optimizer and scheduler as at the start, then load all three

@@ -1,4 +1,4 @@
-"""LARS and LAMB (foreach) against the per-parameter loops of spec/DATE.md §4, in float64."""
+"""LARS and LAMB (foreach) against the per-parameter loops of docs/algorithm.md §4, in float64."""
 
 from __future__ import annotations
 
@@ -13,18 +13,31 @@ from tests.test_optim_date import gradients, make_params, run
 
 CASES = {
     "lars": (LARS, ReferenceLARS, dict(lr=0.1, momentum=0.9), dict(lr=0.05, weight_decay=1e-2)),
-    "lars-clipped": (LARS, ReferenceLARS, dict(lr=0.1, trust_coefficient=0.02, phi_bounds=(0.5, 2.0)),
-                     dict(lr=0.05, momentum=0.5, weight_decay=1e-3)),
+    "lars-clipped": (
+        LARS,
+        ReferenceLARS,
+        dict(lr=0.1, trust_coefficient=0.02, phi_bounds=(0.5, 2.0)),
+        dict(lr=0.05, momentum=0.5, weight_decay=1e-3),
+    ),
     "lamb": (LAMB, ReferenceLAMB, dict(lr=1e-2), dict(lr=5e-3, weight_decay=1e-2)),
-    "lamb-clipped": (LAMB, ReferenceLAMB, dict(lr=1e-2, phi_bounds=(0.5, 2.0)),
-                     dict(lr=5e-3, betas=(0.8, 0.99), eps=1e-4, weight_decay=1e-1)),
+    "lamb-clipped": (
+        LAMB,
+        ReferenceLAMB,
+        dict(lr=1e-2, phi_bounds=(0.5, 2.0)),
+        dict(lr=5e-3, betas=(0.8, 0.99), eps=1e-4, weight_decay=1e-1),
+    ),
 }
 GROUP = {"w1": 0, "one": 0, "bias": 0, "zero_w": 0, "nograd": 0, "w2": 1, "w3": 1}
 
 
 def build(cls, params, opts0, opts1):
-    return cls([{"params": [p for n, p in params.items() if GROUP[n] == k], **opts}
-                for k, opts in enumerate((opts0, opts1))], lr=opts0["lr"])
+    return cls(
+        [
+            {"params": [p for n, p in params.items() if GROUP[n] == k], **opts}
+            for k, opts in enumerate((opts0, opts1))
+        ],
+        lr=opts0["lr"],
+    )
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -1,4 +1,4 @@
-"""The acceptance values of spec/DATE.md §2, which every implementation must reproduce.
+"""The acceptance values of docs/algorithm.md §2, which every implementation must reproduce.
 
 The paper's values are exact reals (powers of two, decimal epochs); a derived float may differ
 from its literal in the last bit or two, so peak LRs are compared to 1e-12 relative.

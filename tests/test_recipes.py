@@ -15,31 +15,86 @@ from tests.test_scale import date
 def _ptb(root):
     words = "the cat sat on the mat and the dog ran to the house of a friend".split()
     lines = [" ".join(words[i % 7: i % 7 + 6]) for i in range(200)]
-    ptb_fixture(root, {"train": "\n".join(lines), "valid": "\n".join(lines[:40]), "test": "\n".join(lines[:20])})
+    ptb_fixture(
+        root,
+        {"train": "\n".join(lines), "valid": "\n".join(lines[:40]), "test": "\n".join(lines[:20])},
+    )
 
 
 def _pairs(root):
     en = [f"The dog number {i} sees the house." for i in range(60)]
     de = [f"Der Hund Nummer {i} sieht das Haus." for i in range(60)]
-    parallel_fixture(root, {"train": ("\n".join(en), "\n".join(de)),
-                            "valid": ("\n".join(en[:8]), "\n".join(de[:8]))})
+    parallel_fixture(
+        root,
+        {"train": ("\n".join(en), "\n".join(de)), "valid": ("\n".join(en[:8]), "\n".join(de[:8]))},
+    )
 
 
 CASES = {
     # recipe: (build fixture, extra arguments)
-    "lenet-mnist": (mnist_fixture, ["--set", "baseline.dataset_size=64", "--set", "baseline.iterations=3"]),
-    "lstm-mnist": (mnist_fixture, ["--set", "baseline.dataset_size=64", "--set", "model.hidden=16"]),
-    "ptb-small": (_ptb, ["--set", "baseline.dataset_size=50", "--set", "model.hidden=16",
-                         "--set", "model.vocab=20"]),
-    "ptb-large": (_ptb, ["--set", "baseline.dataset_size=28", "--set", "model.hidden=16",
-                         "--set", "model.vocab=20"]),
-    "gnmt": (_pairs, ["--set", "baseline.dataset_size=60", "--set", "model.hidden=16",
-                      "--set", "model.layers=4", "--set", "model.vocab=80"]),
-    "resnet50-imagenet": (image_tree, ["--set", "baseline.dataset_size=6", "--set", "model.num_classes=2",
-                                       "--set", "model.image_size=32"]),
+    "lenet-mnist": (
+        mnist_fixture,
+        ["--set", "baseline.dataset_size=64", "--set", "baseline.iterations=3"],
+    ),
+    "lstm-mnist": (
+        mnist_fixture,
+        ["--set", "baseline.dataset_size=64", "--set", "model.hidden=16"],
+    ),
+    "ptb-small": (
+        _ptb,
+        [
+            "--set",
+            "baseline.dataset_size=50",
+            "--set",
+            "model.hidden=16",
+            "--set",
+            "model.vocab=20",
+        ],
+    ),
+    "ptb-large": (
+        _ptb,
+        [
+            "--set",
+            "baseline.dataset_size=28",
+            "--set",
+            "model.hidden=16",
+            "--set",
+            "model.vocab=20",
+        ],
+    ),
+    "gnmt": (
+        _pairs,
+        [
+            "--set",
+            "baseline.dataset_size=60",
+            "--set",
+            "model.hidden=16",
+            "--set",
+            "model.layers=4",
+            "--set",
+            "model.vocab=80",
+        ],
+    ),
+    "resnet50-imagenet": (
+        image_tree,
+        [
+            "--set",
+            "baseline.dataset_size=6",
+            "--set",
+            "model.num_classes=2",
+            "--set",
+            "model.image_size=32",
+        ],
+    ),
 }
-METRICS = {"lenet-mnist": "accuracy", "lstm-mnist": "accuracy", "ptb-small": "perplexity",
-           "ptb-large": "perplexity", "gnmt": "bleu", "resnet50-imagenet": "accuracy"}
+METRICS = {
+    "lenet-mnist": "accuracy",
+    "lstm-mnist": "accuracy",
+    "ptb-small": "perplexity",
+    "ptb-large": "perplexity",
+    "gnmt": "bleu",
+    "resnet50-imagenet": "accuracy",
+}
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -49,27 +104,60 @@ def test_recipe_trains_on_files_in_its_format(tmp_path, name):
     out = tmp_path / "run"
     batch = 4 if name == "resnet50-imagenet" else 8
     length = [] if name == "lenet-mnist" else ["--set", "baseline.epochs=0.4"]  # a few steps
-    result = date("scale", RECIPES / f"{name}.yaml", "--batch", batch, "--micro-batch", batch // 2,
-                  "--set", f"train.data_dir={tmp_path / 'data'}", *extra, *length, "-o", out,
-                  "--set", f"baseline.batch_size={batch}", "--set", "baseline.warmup_epochs=0",
-                  "--set", "train.log_every=1", timeout=120)
+    result = date(
+        "scale",
+        RECIPES / f"{name}.yaml",
+        "--batch",
+        batch,
+        "--micro-batch",
+        batch // 2,
+        "--set",
+        f"train.data_dir={tmp_path / 'data'}",
+        *extra,
+        *length,
+        "-o",
+        out,
+        "--set",
+        f"baseline.batch_size={batch}",
+        "--set",
+        "baseline.warmup_epochs=0",
+        "--set",
+        "train.log_every=1",
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["metric_name"] == METRICS[name] and summary["metric"] is not None
-    losses = [json.loads(x)["loss"] for x in (out / "metrics.jsonl").read_text().splitlines()
-              if '"loss"' in x]
+    losses = [
+        json.loads(x)["loss"]
+        for x in (out / "metrics.jsonl").read_text().splitlines()
+        if '"loss"' in x
+    ]
     assert losses and all(loss == loss for loss in losses)  # finite, logged every step
 
 
-@pytest.mark.parametrize("name, message", [
-    ("lenet-mnist", "MNIST files not found under"),
-    ("ptb-small", "Penn Treebank files not found under"),
-    ("gnmt", "parallel text not found in"),
-    ("resnet50-imagenet", "ImageFolder tree not found"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("lenet-mnist", "MNIST files not found under"),
+        ("ptb-small", "Penn Treebank files not found under"),
+        ("gnmt", "parallel text not found in"),
+        ("resnet50-imagenet", "ImageFolder tree not found"),
+    ],
+)
 def test_missing_data_is_one_message_and_exit_2(tmp_path, name, message):
-    result = date("scale", RECIPES / f"{name}.yaml", "--batch", 8, "--micro-batch", 4,
-                  "--set", f"train.data_dir={tmp_path / 'nothing'}", "-o", tmp_path / "run")
+    result = date(
+        "scale",
+        RECIPES / f"{name}.yaml",
+        "--batch",
+        8,
+        "--micro-batch",
+        4,
+        "--set",
+        f"train.data_dir={tmp_path / 'nothing'}",
+        "-o",
+        tmp_path / "run",
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert "date data prepare" in result.stderr or "train.data_dir" in result.stderr
@@ -78,15 +166,33 @@ def test_missing_data_is_one_message_and_exit_2(tmp_path, name, message):
 def test_malformed_file_is_one_message_and_exit_2(tmp_path):
     mnist_fixture(tmp_path / "data")
     (tmp_path / "data" / "train-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8b broken gzip")
-    result = date("scale", RECIPES / "lenet-mnist.yaml", "--batch", 8, "--micro-batch", 4,
-                  "--set", f"train.data_dir={tmp_path / 'data'}", "-o", tmp_path / "run")
+    result = date(
+        "scale",
+        RECIPES / "lenet-mnist.yaml",
+        "--batch",
+        8,
+        "--micro-batch",
+        4,
+        "--set",
+        f"train.data_dir={tmp_path / 'data'}",
+        "-o",
+        tmp_path / "run",
+    )
     assert result.returncode == 2
     assert "train-images-idx3-ubyte.gz: cannot be read as gzip" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_unknown_model_option_is_refused(tmp_path):
-    result = date("scale", RECIPES / "gnmt.yaml", "--batch", 8, "--set", "model.hiden=16",
-                  "-o", tmp_path / "run")
+    result = date(
+        "scale",
+        RECIPES / "gnmt.yaml",
+        "--batch",
+        8,
+        "--set",
+        "model.hiden=16",
+        "-o",
+        tmp_path / "run",
+    )
     assert result.returncode == 2
     assert "model.hiden: not an option of recipe gnmt; its options: hidden, layers" in result.stderr

@@ -2,7 +2,7 @@
 last step and the floor, for every scaling, warmup rule and warmup shape.
 
 All rows use the paper's LeNet example scaled to B = 8192 (n = 60000, I = 220). Expected values
-are written the way spec/DATE.md §2 states them — in epochs, e = i·B/n — not the way the code
+are written the way docs/algorithm.md §2 states them — in epochs, e = i·B/n — not the way the code
 computes them (i / I_w), so the two routes check each other.
 """
 
@@ -17,7 +17,7 @@ import pytest
 from date_engine import PlanError, derive_plan
 from tests.conftest import lenet_spec
 
-B, N, I = 8192, 60000, 220
+B, N, I = 8192, 60000, 220  # noqa: E741 - the paper's symbols
 ETA = {"sqrt": 1.25e-3 * math.sqrt(8), "linear": 1.25e-3 * 8, "none": 1.25e-3}
 # warmup rule -> (w in epochs, last warmup step, first decay step); I_w = w·n/B
 WARMUP = {"legw": (16.0, 117, 118), "constant": (2.0, 14, 15)}
@@ -96,7 +96,9 @@ def test_schedule_is_monotone_up_then_down():
 
 def test_no_warmup_starts_decaying_at_step_one():
     spec = lenet_spec()
-    spec = spec.model_copy(update={"baseline": spec.baseline.model_copy(update={"warmup_epochs": 0.0})})
+    spec = spec.model_copy(
+        update={"baseline": spec.baseline.model_copy(update={"warmup_epochs": 0.0})}
+    )
     plan = derive_plan(spec, B)
     assert plan.warmup_iterations == 0
     assert plan.lr(1) == pytest.approx(plan.peak_lr * (I - 1) / I)
@@ -124,7 +126,9 @@ def test_phases_cover_every_step_once():
     plan = derive_plan(lenet_spec(), B)
     steps = [i for ph in plan.phases for i in range(ph.first_step, ph.last_step + 1)]
     assert steps == list(range(1, I + 1))
-    assert plan.phases[0].first_epoch == 0 and plan.phases[-1].last_epoch == pytest.approx(I * B / N)
+    assert plan.phases[0].first_epoch == 0 and plan.phases[-1].last_epoch == pytest.approx(
+        I * B / N
+    )
 
 
 def test_scaling_down_is_allowed():
@@ -136,8 +140,9 @@ def test_scaling_down_is_allowed():
 def test_epochs_are_taken_as_written():
     # 0.1 epochs of 60000 samples at batch 100 is 60 steps, not ceil(60.000000000000007) = 61
     spec = lenet_spec()
-    base = spec.baseline.model_copy(update={"iterations": None, "epochs": 0.1, "batch_size": 100,
-                                            "warmup_epochs": 0.0})
+    base = spec.baseline.model_copy(
+        update={"iterations": None, "epochs": 0.1, "batch_size": 100, "warmup_epochs": 0.0}
+    )
     plan = derive_plan(spec.model_copy(update={"baseline": base}), 100)
     assert plan.baseline_iterations == 60 == plan.total_iterations
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT
-from tests.test_scale import SPEC, date, finish, final_model
+from tests.test_scale import SPEC, date, final_model, finish
 
 SHORT = ["--set", "baseline.epochs=3", "--set", "baseline.warmup_epochs=0.1"]
 
@@ -31,21 +31,33 @@ def swept(tmp_path_factory):
 
 def test_sweep_trains_every_cell_and_reports(swept):
     out, result = swept
-    rows = list(csv.DictReader(open(out / "results.csv")))
+    rows = list(csv.DictReader((out / "results.csv").read_text().splitlines()))
     assert [(r["scheme"], r["batch"], r["status"]) for r in rows] == \
         [("baseline", "16", "done"), ("date", "64", "done"), ("linear", "64", "done")]
     for row in rows:  # each row is what that cell's own run reported
-        summary = json.loads((out / "cells" / f"{row['scheme']}-B{row['batch']}-s0" / "summary.json").read_text())
+        summary = json.loads(
+            (out / "cells" / f"{row['scheme']}-B{row['batch']}-s0" / "summary.json").read_text()
+        )
         assert float(row["metric"]) == pytest.approx(summary["metric"])
         assert int(row["steps"]) == summary["total_steps"]
-    assert [int(r["steps"]) for r in rows] == [270, 68, 68]  # 3 epochs of 1437: 4× fewer steps at 64
+    assert [int(r["steps"]) for r in rows] == [
+        270,
+        68,
+        68,
+    ]  # 3 epochs of 1437: 4× fewer steps at 64
     assert rows[0]["time_to_target_s"] != ""  # the baseline reaches its own accuracy less 5 points
 
     data = json.loads((out / "results.json").read_text())
     assert set(data["verdicts"]) == {"date", "linear"}
-    assert data["settings"]["tolerance"] == "5" and data["settings"]["command"].startswith("date sweep")
+    assert data["settings"]["tolerance"] == "5" and data["settings"]["command"].startswith(
+        "date sweep"
+    )
     report = (out / "report.md").read_text()
-    assert "## Verdict" in report and "| 64 | 4 | date |" in report and "| 16 | 1 | baseline |" in report
+    assert (
+        "## Verdict" in report
+        and "| 64 | 4 | date |" in report
+        and "| 16 | 1 | baseline |" in report
+    )
     for name in ("metric_vs_batch.png", "time_to_target.png", "lr_curves.png", "loss_curves.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     assert "report: " in result.stdout
@@ -55,24 +67,73 @@ def test_a_rerun_skips_finished_cells(swept):
     out, _ = swept
     logs = {p: p.stat().st_mtime_ns for p in out.glob("cells/*/log.txt")}
     before = (out / "results.csv").read_text()
-    result = date("sweep", SPEC, "--batches", "64", "--schemes", "date,linear", "--tolerance", "5",
-                  "--jobs", "2", *SHORT, "-o", out)
+    result = date(
+        "sweep",
+        SPEC,
+        "--batches",
+        "64",
+        "--schemes",
+        "date,linear",
+        "--tolerance",
+        "5",
+        "--jobs",
+        "2",
+        *SHORT,
+        "-o",
+        out,
+    )
     assert result.returncode == 0, result.stderr
     assert {p: p.stat().st_mtime_ns for p in out.glob("cells/*/log.txt")} == logs  # nothing ran
     assert (out / "results.csv").read_text() == before
-    report_only = date("sweep", SPEC, "--batches", "64", "--schemes", "date,linear", "--tolerance", "5",
-                       "--jobs", "2", *SHORT, "-o", out, "--report-only")
+    report_only = date(
+        "sweep",
+        SPEC,
+        "--batches",
+        "64",
+        "--schemes",
+        "date,linear",
+        "--tolerance",
+        "5",
+        "--jobs",
+        "2",
+        *SHORT,
+        "-o",
+        out,
+        "--report-only",
+    )
     assert report_only.returncode == 0 and (out / "results.csv").read_text() == before
     command = json.loads((out / "results.json").read_text())["settings"]["command"]
-    assert "--report-only" not in command and "--jobs 2" in command  # the run that trained the cells
+    assert (
+        "--report-only" not in command and "--jobs 2" in command
+    )  # the run that trained the cells
 
 
 def test_an_interrupted_sweep_resumes_its_cell_exactly(tmp_path):
     out = tmp_path / "sweep"
-    args = ["sweep", SPEC, "--batches", "64", "--schemes", "date", "--set", "baseline.epochs=12",
-            "--set", "baseline.warmup_epochs=0.1", "--set", "train.checkpoint_every=20", "-o", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "date_engine", *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    args = [
+        "sweep",
+        SPEC,
+        "--batches",
+        "64",
+        "--schemes",
+        "date",
+        "--set",
+        "baseline.epochs=12",
+        "--set",
+        "baseline.warmup_epochs=0.1",
+        "--set",
+        "train.checkpoint_every=20",
+        "-o",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "date_engine", *args],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     checkpoints = out / "cells" / "baseline-B16-s0" / "checkpoints"
     deadline = time.monotonic() + 120
     while not (checkpoints.is_dir() and any(checkpoints.glob("step-*.pt"))):
@@ -90,8 +151,15 @@ def test_an_interrupted_sweep_resumes_its_cell_exactly(tmp_path):
     assert again.returncode == 0, again.stdout + again.stderr
     assert "resuming from" in (cell / "log.txt").read_text()
     threads = str(os.cpu_count())  # as the sweep's one job had: the same summation order
-    alone = date("scale", cell / "cell.yaml", "--batch", "16", "-o", tmp_path / "alone",
-                 env={"OMP_NUM_THREADS": threads})
+    alone = date(
+        "scale",
+        cell / "cell.yaml",
+        "--batch",
+        "16",
+        "-o",
+        tmp_path / "alone",
+        env={"OMP_NUM_THREADS": threads},
+    )
     assert alone.returncode == 0, alone.stderr
     resumed, uninterrupted = final_model(cell), final_model(tmp_path / "alone")
     assert all(torch.equal(resumed[k], uninterrupted[k]) for k in resumed)
@@ -99,11 +167,27 @@ def test_an_interrupted_sweep_resumes_its_cell_exactly(tmp_path):
 
 def test_grid_schemes_train_with_lars_lamb_and_adam_over_two_processes(tmp_path):
     out = tmp_path / "grid"
-    result = date("sweep", SPEC, "--batches", "64", "--schemes", "lars,lamb,adam", "--lr-grid", "2e-3,2e-2",
-                  "--nproc", "2", "--set", "baseline.epochs=1", "--set", "baseline.warmup_epochs=0.1",
-                  "-o", out, timeout=400)
+    result = date(
+        "sweep",
+        SPEC,
+        "--batches",
+        "64",
+        "--schemes",
+        "lars,lamb,adam",
+        "--lr-grid",
+        "2e-3,2e-2",
+        "--nproc",
+        "2",
+        "--set",
+        "baseline.epochs=1",
+        "--set",
+        "baseline.warmup_epochs=0.1",
+        "-o",
+        out,
+        timeout=400,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
-    rows = list(csv.DictReader(open(out / "results.csv")))
+    rows = list(csv.DictReader((out / "results.csv").read_text().splitlines()))
     assert len(rows) == 1 + 3 * 2 and {r["status"] for r in rows} == {"done"}
     for name in ("lars", "lamb", "adam"):
         config = json.loads((out / "cells" / f"{name}-B64-lr0.02-s0" / "config.json").read_text())
@@ -112,25 +196,43 @@ def test_grid_schemes_train_with_lars_lamb_and_adam_over_two_processes(tmp_path)
         assert plan["peak_lr"] == 0.02 and plan["warmup_epochs"] == pytest.approx(0.4)
     report = (out / "report.md").read_text()
     for name in ("lars", "lamb", "adam"):
-        assert re.search(rf"- {name} at 64: 0.002: [0-9.]+, 0.02: [0-9.]+; kept 0.02?", report), report
+        assert re.search(rf"- {name} at 64: 0.002: [0-9.]+, 0.02: [0-9.]+; kept 0.02?", report), (
+            report
+        )
 
 
 def test_a_cell_refusing_its_input_stops_the_sweep(tmp_path):
     out = tmp_path / "sweep"
-    result = date("sweep", ROOT / "recipes" / "lenet-mnist.yaml", "--batches", "2048,4096",
-                  "--set", f"train.data_dir={tmp_path / 'no-mnist'}", "-o", out)
+    result = date(
+        "sweep",
+        ROOT / "recipes" / "lenet-mnist.yaml",
+        "--batches",
+        "2048,4096",
+        "--set",
+        f"train.data_dir={tmp_path / 'no-mnist'}",
+        "-o",
+        out,
+    )
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "error: cell baseline-B1024-s0:" in result.stderr and "train-images-idx3-ubyte" in result.stderr
-    assert [p.parent.name for p in out.glob("cells/*/log.txt")] == ["baseline-B1024-s0"]  # no other started
+    assert (
+        "error: cell baseline-B1024-s0:" in result.stderr
+        and "train-images-idx3-ubyte" in result.stderr
+    )
+    assert [p.parent.name for p in out.glob("cells/*/log.txt")] == [
+        "baseline-B1024-s0"
+    ]  # no other started
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--batches", "64,lots"], "--batches: 'lots' is not a whole number"),
-    (["--batches", "64", "--schemes", "date,goyal"], "unknown scheme 'goyal'"),
-    (["--batches", "64", "--tolerance", "some"], "--tolerance: 'some' is not a tolerance"),
-    (["--batches", "64", "--lr-grid", "0"], "--lr-grid: 0 is not a positive learning rate"),
-    (["--batches", "4096"], "batch 4096 is larger than the data set"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--batches", "64,lots"], "--batches: 'lots' is not a whole number"),
+        (["--batches", "64", "--schemes", "date,goyal"], "unknown scheme 'goyal'"),
+        (["--batches", "64", "--tolerance", "some"], "--tolerance: 'some' is not a tolerance"),
+        (["--batches", "64", "--lr-grid", "0"], "--lr-grid: 0 is not a positive learning rate"),
+        (["--batches", "4096"], "batch 4096 is larger than the data set"),
+    ],
+)
 def test_bad_sweep_input_is_one_sentence(args, message, tmp_path):
     result = date("sweep", SPEC, *args, "-o", tmp_path / "never")
     assert result.returncode == 2 and message in result.stderr, result.stderr

@@ -8,12 +8,21 @@ import math
 import pytest
 
 from date_engine.errors import DateError
+from date_engine.plan import resolve_plan
+from date_engine.runfolder import RunFolder, RunSummary
 from date_engine.spec import parse_spec
-from date_engine.sweep import SCHEMES, SweepOptions, Tolerance, parse_batches, parse_lr_grid, \
-    parse_schemes, plan_sweep
+from date_engine.sweep import (
+    SCHEMES,
+    SweepOptions,
+    Tolerance,
+    parse_batches,
+    parse_lr_grid,
+    parse_schemes,
+    plan_sweep,
+)
 from date_engine.sweep.grid import Cell
 from date_engine.sweep.results import CellResult, read_cell, summarize
-from date_engine.sweep.runner import LOCK, prepare_cell
+from date_engine.sweep.runner import prepare_cell
 
 BASE = {
     "recipe": "lenet-digits",
@@ -65,34 +74,54 @@ def test_tolerance_absolute_and_relative():
 def test_each_scheme_derives_its_own_schedule():
     cells = {c.cell.name: c for c in cells_of(BASE, "256")}  # k = 16
     base = cells["baseline-B16-s0"]
-    assert base.spec["date"]["layer_ratio"] == {"mode": "off"} and base.plan.peak_lr == 1e-3
+    assert (
+        base.spec["date"]["layer_ratio"] == {"mode": "off"} and base.run_plan.plan.peak_lr == 1e-3
+    )
 
     date = cells["date-B256-s0"]
-    assert date.plan.peak_lr == pytest.approx(4e-3) and date.plan.warmup_epochs == pytest.approx(4.0)
+    assert date.run_plan.plan.peak_lr == pytest.approx(
+        4e-3
+    ) and date.run_plan.plan.warmup_epochs == pytest.approx(4.0)
     assert date.spec["date"]["layer_ratio"] == {"mode": "dynamic", "gamma": 4.0}  # the spec's own
 
     linear = cells["linear-B256-s0"]
-    assert linear.plan.peak_lr == pytest.approx(16e-3) and linear.plan.warmup_epochs == 0.25
+    assert (
+        linear.run_plan.plan.peak_lr == pytest.approx(16e-3)
+        and linear.run_plan.plan.warmup_epochs == 0.25
+    )
     assert linear.spec["date"]["layer_ratio"] == {"mode": "off"}  # gamma went with the mode
     assert linear.spec["baseline"]["optimizer"] == BASE["baseline"]["optimizer"]
 
     none = cells["none-B256-s0"]
-    assert none.plan.peak_lr == 1e-3 and none.plan.warmup_epochs == 0.25
+    assert none.run_plan.plan.peak_lr == 1e-3 and none.run_plan.plan.warmup_epochs == 0.25
 
     for name in ("lars", "lamb", "adam"):
         grid = cells[f"{name}-B256-lr0.01-s0"]
-        assert grid.spec["baseline"]["optimizer"] == {"name": name, **({"momentum": 0.9} if name == "lars" else {})}
-        assert grid.plan.peak_lr == 1e-2 and grid.plan.warmup_epochs == pytest.approx(4.0)
+        assert grid.spec["baseline"]["optimizer"] == {"name": name}  # at the catalog's defaults
+        assert (
+            grid.run_plan.plan.peak_lr == 1e-2
+            and grid.run_plan.plan.warmup_epochs == pytest.approx(4.0)
+        )
         assert grid.spec["date"]["layer_ratio"] == {"mode": "off"}
     # every scheme keeps the baseline's epochs: same samples, k times fewer steps
-    assert {c.plan.total_epochs for c in cells.values()} == {base.plan.total_epochs}
-    assert date.plan.total_iterations == math.ceil(base.plan.total_iterations / 16)
+    assert {c.run_plan.plan.total_epochs for c in cells.values()} == {
+        base.run_plan.plan.total_epochs
+    }
+    assert date.run_plan.plan.total_iterations == math.ceil(
+        base.run_plan.plan.total_iterations / 16
+    )
 
 
 def test_grid_schemes_keep_the_baselines_weight_decay():
-    spec = {**BASE, "baseline": {**BASE["baseline"], "optimizer": {"name": "momentum", "weight_decay": 5e-4}}}
+    spec = {
+        **BASE,
+        "baseline": {**BASE["baseline"], "optimizer": {"name": "momentum", "weight_decay": 5e-4}},
+    }
     cells = {c.cell.name: c for c in cells_of(spec, "64", "lamb", grid=(1e-3,))}
-    assert cells["lamb-B64-lr0.001-s0"].spec["baseline"]["optimizer"] == {"name": "lamb", "weight_decay": 5e-4}
+    assert cells["lamb-B64-lr0.001-s0"].spec["baseline"]["optimizer"] == {
+        "name": "lamb",
+        "weight_decay": 5e-4,
+    }
 
 
 def test_cells_cover_seeds_grid_and_skip_the_baseline_batch():
@@ -102,7 +131,7 @@ def test_cells_cover_seeds_grid_and_skip_the_baseline_batch():
     assert len(names) == len(set(names)) == 2 + 2 * 2 * (1 + 3)  # batch 16 is the baseline only
     assert all(c.spec["train"]["seed"] == c.cell.seed for c in cells)
     for c in cells:
-        assert c.spec["train"]["eval_every"] == math.ceil(c.plan.total_iterations / 10)
+        assert c.spec["train"]["eval_every"] == math.ceil(c.run_plan.plan.total_iterations / 10)
 
 
 def test_a_batch_legw_cannot_reach_names_the_cell():
@@ -121,7 +150,9 @@ def test_layerwise_optimizers_need_ratios_off():
 
 
 def result(scheme, batch, seed, metric, evals, steps=100, lr=None, status="done"):
-    r = CellResult(Cell(scheme, batch, seed, lr), status, metric=metric, steps=steps, total_steps=steps)
+    r = CellResult(
+        Cell(scheme, batch, seed, lr), status, metric=metric, steps=steps, total_steps=steps
+    )
     r.evals = evals
     return r
 
@@ -166,8 +197,10 @@ def test_grid_keeps_the_best_mean_lr():
     results = [result("baseline", 16, 0, 90.0, [(1, 1.0, 90.0)])]
     for lr, metrics in ((1e-3, (85.0, 86.0)), (1e-2, (91.0, 88.0)), (1e-1, (None, None))):
         for seed, m in enumerate(metrics):
-            results.append(result("adam", 64, seed, m, [], lr=lr, status="done" if m else "diverged"))
-    group, = summarize(results, "accuracy", True, Tolerance.parse("1"), ["adam"]).groups
+            results.append(
+                result("adam", 64, seed, m, [], lr=lr, status="done" if m else "diverged")
+            )
+    (group,) = summarize(results, "accuracy", True, Tolerance.parse("1"), ["adam"]).groups
     assert group.grid_lr == 1e-2 and group.mean == 89.5
     assert group.tried == {1e-3: 85.5, 1e-2: 89.5, 1e-1: None}
 
@@ -175,20 +208,28 @@ def test_grid_keeps_the_best_mean_lr():
 def test_read_cell_follows_a_run_folder(tmp_path):
     cell = Cell("date", 64, 0)
     assert read_cell(cell, tmp_path, "accuracy").status == "pending"
-    (tmp_path / "plan.json").write_text(json.dumps(
-        {"total_iterations": 30, "peak_lr": 2e-3, "warmup_epochs": 1.0, "total_epochs": 4.0}))
+    planned = resolve_plan(parse_spec(BASE), 64)
+    (tmp_path / "plan.json").write_text(json.dumps(planned.to_dict()))
     (tmp_path / "metrics.jsonl").write_text(
         '{"step": 10, "epoch": 1.3, "lr": 0.002, "loss": 1.5, "time_s": 2.0}\n'
         '{"step": 15, "eval": {"accuracy": 70.0}, "time_s": 3.0}\n'
-        '{"step": 20, "epoch": 2.6, "lr": 0.0')  # cut short by a kill
+        '{"step": 20, "epoch": 2.6, "lr": 0.0'
+    )  # cut short by a kill
     (tmp_path / "checkpoints").mkdir()
-    (tmp_path / "checkpoints" / "step-000010.pt").write_bytes(b"")
+    (tmp_path / "checkpoints" / "step-00000010.pt").write_bytes(b"")
     partial = read_cell(cell, tmp_path, "accuracy")
-    assert (partial.status, partial.steps, partial.evals, partial.losses) == \
-        ("partial", 10, [(15, 3.0, 70.0)], [(1.3, 1.5)])
-    (tmp_path / "summary.json").write_text(json.dumps(
-        {"stopped_by": None, "steps": 30, "total_steps": 30, "metric": 91.0, "wall_time_s": 9.0,
-         "samples_per_s": 200.0}))
+    assert (partial.status, partial.steps, partial.evals, partial.losses) == (
+        "partial",
+        10,
+        [(15, 3.0, 70.0)],
+        [(1.3, 1.5)],
+    )
+    assert (partial.total_steps, partial.peak_lr) == (planned.plan.total_iterations, 2e-3)
+    RunFolder(tmp_path).write_summary(
+        RunSummary(
+            "lenet-digits", 30, 30, None, "accuracy", 91.0, 9.0, 200.0, None, planned.to_dict()
+        )
+    )
     done = read_cell(cell, tmp_path, "accuracy")
     assert (done.status, done.metric, done.steps) == ("done", 91.0, 30)
     (tmp_path / "FAILED.json").write_text("{}")
@@ -198,10 +239,10 @@ def test_read_cell_follows_a_run_folder(tmp_path):
 def test_a_cell_folder_is_not_shared(tmp_path):
     planned = cells_of(BASE, "64", "date")[1]
     folder = prepare_cell(tmp_path, planned)
-    (folder / LOCK).write_text(str(__import__("os").getpid()))  # a live process holds it
+    folder.running_path.write_text(str(__import__("os").getpid()))  # a live process holds it
     with pytest.raises(DateError, match="is being trained by process"):
         prepare_cell(tmp_path, planned)
-    (folder / LOCK).write_text("999999999")  # a dead one does not
+    folder.running_path.write_text("999999999")  # a dead one does not
     prepare_cell(tmp_path, planned)
     other = cells_of({**BASE, "baseline": {**BASE["baseline"], "lr": 2e-3}}, "64", "date")[1]
     with pytest.raises(DateError, match="trained with other settings"):
@@ -217,10 +258,16 @@ def test_a_batch_can_hold_on_the_mean_while_a_seed_misses_the_target():
     results = [
         result("baseline", 16, 0, 90.0, [(100, 10.0, 90.0)], steps=400),
         result("date", 64, 0, 91.0, [(100, 2.0, 91.0)]),
-        result("date", 64, 1, 88.6, [(100, 2.0, 88.6)]),  # mean 89.8 holds; this seed never gets to 89
+        result(
+            "date", 64, 1, 88.6, [(100, 2.0, 88.6)]
+        ),  # mean 89.8 holds; this seed never gets to 89
     ]
-    group, = (summary := summarize(results, "accuracy", True, Tolerance.parse("1"), ["date"])).groups
+    (group,) = (
+        summary := summarize(results, "accuracy", True, Tolerance.parse("1"), ["date"])
+    ).groups
     assert group.holds and group.reached == 1 and group.speedup is None
     assert summary.verdicts(["date"])["date"] == (
-        "holds accuracy at every batch run, up to 64 (4×); at 64: 4× fewer steps, no time to target "
-        "(1 of 2 seeds reached it)")
+        "holds accuracy at every batch run, up to 64 (4×); at 64: 4× fewer steps, no time to "
+        "target "
+        "(1 of 2 seeds reached it)"
+    )

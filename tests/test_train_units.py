@@ -11,9 +11,9 @@ import torch
 
 from date_engine import DateError
 from date_engine.recipes import get_recipe, list_recipes
+from date_engine.runfolder import MetricsLog, RunFolder
 from date_engine.train import checkpoint as ckpt
 from date_engine.train.launch import LaunchOptions, torchrun_arguments
-from date_engine.train.reporting import MetricsLog
 from date_engine.train.runtime import first_host, job_environment
 from date_engine.train.sampling import MicroBatchSampler
 
@@ -36,12 +36,26 @@ def test_first_host_of_a_slurm_nodelist(nodelist, host):
 def test_torchrun_arguments():
     path = "/run/config.json"
     single = torchrun_arguments(path, LaunchOptions(nproc=4, max_restarts=2))
-    assert single[:4] == ["--nproc-per-node", "4", "--max-restarts", "2"] and "--standalone" in single
+    assert (
+        single[:4] == ["--nproc-per-node", "4", "--max-restarts", "2"] and "--standalone" in single
+    )
     assert single[-4:] == ["-m", "date_engine.train.worker", "--config", path]
-    multi = torchrun_arguments(path, LaunchOptions(nproc=8, nnodes=2, rdzv_endpoint="h:29400", rdzv_id="j"))
-    assert ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:29400", "--rdzv-id", "j"] \
-        == multi[6:14]
-    static = torchrun_arguments(path, LaunchOptions(nproc=8, nnodes=2, node_rank=1, master_addr="h"))
+    multi = torchrun_arguments(
+        path, LaunchOptions(nproc=8, nnodes=2, rdzv_endpoint="h:29400", rdzv_id="j")
+    )
+    assert multi[6:14] == [
+        "--nnodes",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "h:29400",
+        "--rdzv-id",
+        "j",
+    ]
+    static = torchrun_arguments(
+        path, LaunchOptions(nproc=8, nnodes=2, node_rank=1, master_addr="h")
+    )
     assert "--node-rank" in static and "--master-addr" in static and "--standalone" not in static
 
 
@@ -52,10 +66,19 @@ def test_global_batches_do_not_depend_on_the_split(world, micro):
 
     def global_batches(world, micro):
         accumulation = batch // (world * micro)
-        streams = [list(MicroBatchSampler(n, micro, world, r, seed=3, start=0, count=steps * accumulation))
-                   for r in range(world)]
-        return [sorted(i for s in streams for mb in s[k * accumulation:(k + 1) * accumulation] for i in mb)
-                for k in range(steps)]
+        streams = [
+            list(MicroBatchSampler(n, micro, world, r, seed=3, start=0, count=steps * accumulation))
+            for r in range(world)
+        ]
+        return [
+            sorted(
+                i
+                for s in streams
+                for mb in s[k * accumulation : (k + 1) * accumulation]
+                for i in mb
+            )
+            for k in range(steps)
+        ]
 
     assert global_batches(world, micro) == global_batches(1, 8)
 
@@ -69,19 +92,27 @@ def test_sampler_resumes_mid_stream_and_reshuffles_each_epoch():
 
 
 def _payload(step):
-    return {"format": ckpt.FORMAT, "step": step, "model": {"w": torch.ones(2) * step},
-            "optimizer": {}, "plan": {}, "spec_fingerprint": "x", "ranks": [{"rng": ckpt.capture_rng()}]}
+    return {
+        "format": ckpt.FORMAT,
+        "step": step,
+        "model": {"w": torch.ones(2) * step},
+        "optimizer": {},
+        "plan": {},
+        "spec_fingerprint": "x",
+        "ranks": [{"rng": ckpt.capture_rng()}],
+    }
 
 
 def test_checkpoints_are_kept_newest_first_and_a_damaged_one_is_skipped(tmp_path):
+    run = RunFolder(tmp_path)
     for step in (2, 4, 6):
-        ckpt.save_atomic(tmp_path, step, _payload(step), keep=2)
+        ckpt.save_atomic(run, step, _payload(step), keep=2)
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["step-00000004.pt", "step-00000006.pt"]
     (tmp_path / "checkpoints" / "step-00000006.pt").write_bytes(b"truncated")
-    path, payload = ckpt.newest_valid(tmp_path)
+    path, payload = ckpt.newest_valid(run)
     assert path.name == "step-00000004.pt" and payload["step"] == 4
-    assert ckpt.newest_valid(tmp_path / "nothing") is None
+    assert ckpt.newest_valid(RunFolder(tmp_path / "nothing")) is None
 
 
 def test_rng_state_round_trips():
@@ -92,23 +123,32 @@ def test_rng_state_round_trips():
 
 
 def test_mismatch_is_described():
-    plan = {"target_batch": 256, "world_size": 2, "micro_batch": 128, "accumulation_steps": 1, "x": 1}
+    plan = {
+        "target_batch": 256,
+        "world_size": 2,
+        "micro_batch": 128,
+        "accumulation_steps": 1,
+        "x": 1,
+    }
     assert ckpt.describe_mismatch(plan, dict(plan), "f", "f") is None
     other = {**plan, "target_batch": 512, "micro_batch": 256}
-    assert "written for batch 256 = 128 × 2 processes × 1, not batch 512" in \
-        ckpt.describe_mismatch(plan, other, "f", "f")
+    assert "written for batch 256 = 128 × 2 processes × 1, not batch 512" in ckpt.describe_mismatch(
+        plan, other, "f", "f"
+    )
     assert "another spec" in ckpt.describe_mismatch(plan, plan, "f", "g")
 
 
 def test_recipe_from_module_function_and_entry_point(tmp_path, monkeypatch):
     package = tmp_path / "my_recipes.py"
-    package.write_text(textwrap.dedent("""
+    package.write_text(
+        textwrap.dedent("""
         from dataclasses import replace
         from date_engine.recipes import get_recipe
 
         def tiny():
             return replace(get_recipe("lenet-digits"), name="tiny")
-    """))
+    """)
+    )
     dist_info = tmp_path / "my_recipes-1.0.dist-info"
     dist_info.mkdir()
     (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-recipes\nVersion: 1.0\n")
@@ -126,13 +166,17 @@ def test_recipe_from_module_function_and_entry_point(tmp_path, monkeypatch):
 def test_recipe_lookup_does_not_import_torch():
     import subprocess
 
-    code = ("import sys\nfrom date_engine.recipes import get_recipe\n"
-            "r = get_recipe('lenet-digits')\nprint(r.dataset_size, 'torch' in sys.modules)\n")
+    code = (
+        "import sys\nfrom date_engine.recipes import get_recipe\n"
+        "r = get_recipe('lenet-digits')\nprint(r.dataset_size, 'torch' in sys.modules)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["1437", "False"]
 
 
-def test_metrics_log_drops_lines_after_the_resumed_step_and_feeds_tensorboard(tmp_path, monkeypatch):
+def test_metrics_log_drops_lines_after_the_resumed_step_and_feeds_tensorboard(
+    tmp_path, monkeypatch
+):
     scalars = []
 
     class Writer:
@@ -148,16 +192,18 @@ def test_metrics_log_drops_lines_after_the_resumed_step_and_feeds_tensorboard(tm
     module = types.ModuleType("torch.utils.tensorboard")
     module.SummaryWriter = Writer
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", module)
-    log = MetricsLog(tmp_path)
+    log = MetricsLog(RunFolder(tmp_path))
     assert log.tensorboard
     for step in (10, 20, 30):
         log.write({"step": step, "loss": 1.0 / step, "grad_norm": None})
     log.write({"step": 30, "eval": {"accuracy": 90.0}})
     log.close()
     assert ("loss", 0.1, 10) in scalars and ("eval/accuracy", 90.0, 30) in scalars
-    resumed = MetricsLog(tmp_path, resume_step=20)
+    resumed = MetricsLog(RunFolder(tmp_path), resume_step=20)
     resumed.close()
-    assert [line.count('"step"') for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 1]
+    assert [
+        line.count('"step"') for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+    ] == [1, 1]
 
 
 def test_cpu_training_flushes_denormals(monkeypatch):

@@ -46,8 +46,10 @@ def read_idx(path: str | Path) -> torch.Tensor:
     dtype = np.dtype(_DTYPES[raw[2]])
     expected = header + int(np.prod(shape)) * dtype.itemsize
     if len(raw) != expected:
-        raise DataError(f"{path}: holds {len(raw)} bytes, its header {list(shape)} needs {expected}; "
-                        "the file is truncated or corrupt, download it again.")
+        raise DataError(
+            f"{path}: holds {len(raw)} bytes, its header {list(shape)} needs {expected}; "
+            "the file is truncated or corrupt, download it again."
+        )
     array = np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape)
     return torch.from_numpy(array.astype(dtype.newbyteorder("=")).copy())
 
@@ -68,8 +70,10 @@ def find_mnist(root: str | Path) -> dict[str, Path]:
     if missing:
         raise DataMissing(
             f"MNIST files not found under {root}: missing {', '.join(missing)} (looked in "
-            f"{', '.join(str(f) for f in folders)}). Set train.data_dir or --set train.data_dir=..., "
-            "or lay out real MNIST there with `date data prepare mnist <folder>`.")
+            f"{', '.join(str(f) for f in folders)}). Set train.data_dir or --set "
+            "train.data_dir=..., or lay out real MNIST there with `date data prepare mnist "
+            "<folder>`."
+        )
     return found
 
 
@@ -82,7 +86,12 @@ def load_mnist(root: str | Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
         if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
             raise DataError(
                 f"{files[f'{split}_images']}: {split} images {list(images.shape)} do not match "
-                f"labels {list(labels.shape)} in {files[f'{split}_labels']}.")
+                f"labels {list(labels.shape)} in {files[f'{split}_labels']}."
+            )
     as_images = lambda t: t.float().div_(255).unsqueeze(1)  # noqa: E731
-    return (as_images(arrays["train_images"]), arrays["train_labels"].long(),
-            as_images(arrays["test_images"]), arrays["test_labels"].long())
+    return (
+        as_images(arrays["train_images"]),
+        arrays["train_labels"].long(),
+        as_images(arrays["test_images"]),
+        arrays["test_labels"].long(),
+    )

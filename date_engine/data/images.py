@@ -1,5 +1,5 @@
-"""Images in the ImageFolder layout (``root/<split>/<class>/<image>``), decoded with Pillow, with the
-standard ImageNet transforms written in plain torch (no torchvision).
+"""Images in the ImageFolder layout (``root/<split>/<class>/<image>``), decoded with Pillow, with
+the standard ImageNet transforms written in plain torch (no torchvision).
 
 Training: a random crop of 8–100% of the area at aspect ratio 3/4–4/3, resized to 224×224, a random
 horizontal flip, then normalisation by ImageNet's channel means and deviations. Evaluation: the
@@ -43,14 +43,22 @@ class ImageFolder(Dataset):
             raise DataError(f"{self.root}: no class folders; expected {self.root}/<class>/<image>.")
         unknown = sorted(set(found) - set(self.classes))
         if unknown:
-            raise DataError(f"{self.root}: class folders {unknown[:5]} are not in the training set's "
-                            "classes; evaluation and training need the same class folders.")
+            raise DataError(
+                f"{self.root}: class folders {unknown[:5]} are not in the training set's "
+                "classes; evaluation and training need the same class folders."
+            )
         index = {c: i for i, c in enumerate(self.classes)}
-        self.samples = [(p, index[d]) for d in found for p in sorted((self.root / d).iterdir())
-                        if p.suffix.lower() in EXTENSIONS]
+        self.samples = [
+            (p, index[d])
+            for d in found
+            for p in sorted((self.root / d).iterdir())
+            if p.suffix.lower() in EXTENSIONS
+        ]
         if not self.samples:
-            raise DataError(f"{self.root}: no image files ({', '.join(sorted(EXTENSIONS))}) in its "
-                            "class folders.")
+            raise DataError(
+                f"{self.root}: no image files ({', '.join(sorted(EXTENSIONS))}) in its "
+                "class folders."
+            )
         self.transform = transform
 
     def __len__(self) -> int:
@@ -63,7 +71,9 @@ class ImageFolder(Dataset):
             with Image.open(path) as img:
                 image = img.convert("RGB")
         except Exception as exc:  # Pillow raises several types for a bad file
-            raise DataError(f"{path}: cannot be decoded as an image ({exc}); remove or replace it.") from None
+            raise DataError(
+                f"{path}: cannot be decoded as an image ({exc}); remove or replace it."
+            ) from None
         return self.transform(image), label
 
 
@@ -74,7 +84,8 @@ def find_image_folders(root: str | Path, splits=("train", "val")) -> dict[str, P
         raise DataMissing(
             f"ImageFolder tree not found: missing {', '.join(str(m) for m in missing)} (expected "
             f"{root}/train/<class>/<image> and {root}/val/<class>/<image>, as for ImageNet). Set "
-            "train.data_dir to the folder holding train/ and val/.")
+            "train.data_dir to the folder holding train/ and val/."
+        )
     return {s: root / s for s in splits}
 
 
@@ -93,7 +104,9 @@ def train_transform(size: int = 224, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
         area = width * height
         for _ in range(10):
             target = area * float(torch.empty(1).uniform_(*scale))
-            aspect = math.exp(float(torch.empty(1).uniform_(math.log(ratio[0]), math.log(ratio[1]))))
+            aspect = math.exp(
+                float(torch.empty(1).uniform_(math.log(ratio[0]), math.log(ratio[1])))
+            )
             w = round(math.sqrt(target * aspect))
             h = round(math.sqrt(target / aspect))
             if 0 < w <= width and 0 < h <= height:
@@ -116,7 +129,9 @@ def eval_transform(size: int = 224, resize: int = 256):
         Image = _pil()
         width, height = image.size
         scale = resize / min(width, height)
-        image = image.resize((max(1, round(width * scale)), max(1, round(height * scale))), Image.BILINEAR)
+        image = image.resize(
+            (max(1, round(width * scale)), max(1, round(height * scale))), Image.BILINEAR
+        )
         width, height = image.size
         left, top = (width - size) // 2, (height - size) // 2
         return _to_tensor(image.crop((left, top, left + size, top + size)))

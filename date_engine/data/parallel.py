@@ -23,8 +23,17 @@ from torch.utils.data import Dataset
 from date_engine.data.text import Vocabulary
 from date_engine.errors import DataError, DataMissing
 
-__all__ = ["PAD", "BOS", "EOS", "UNK", "ParallelText", "collate_pairs", "find_parallel",
-           "load_parallel", "tokenize"]
+__all__ = [
+    "BOS",
+    "EOS",
+    "PAD",
+    "UNK",
+    "ParallelText",
+    "collate_pairs",
+    "find_parallel",
+    "load_parallel",
+    "tokenize",
+]
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIALS = (PAD, UNK, BOS, EOS)
@@ -36,8 +45,9 @@ def tokenize(line: str) -> list[str]:
     return _TOKEN.findall(line)
 
 
-def find_parallel(root: str | Path, src: str, tgt: str,
-                  splits: Sequence[str] = ("train", "valid", "test")) -> dict[str, tuple[Path, Path]]:
+def find_parallel(
+    root: str | Path, src: str, tgt: str, splits: Sequence[str] = ("train", "valid", "test")
+) -> dict[str, tuple[Path, Path]]:
     """The ``{split}.{src}``/``{split}.{tgt}`` file pairs under ``root``; train and valid are
     required, test is optional. :class:`DataMissing` lists what was looked for."""
     root = Path(root)
@@ -54,7 +64,8 @@ def find_parallel(root: str | Path, src: str, tgt: str,
             f"parallel text not found in {root}: missing {', '.join(missing)} (one sentence per "
             f"line, line i of {{split}}.{src} translating line i of {{split}}.{tgt}). Set "
             "train.data_dir, or lay out the installed English-German pairs with "
-            "`date data prepare en-de <folder>`.")
+            "`date data prepare en-de <folder>`."
+        )
     return found
 
 
@@ -62,27 +73,32 @@ def _read_lines(path: Path) -> list[str]:
     try:
         return path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}); expected one sentence per "
-                        "line.") from None
+        raise DataError(
+            f"{path}: not UTF-8 text (byte {exc.start}); expected one sentence per line."
+        ) from None
 
 
 def _read_pair(pair: tuple[Path, Path]) -> tuple[list[str], list[str]]:
     src, tgt = (_read_lines(p) for p in pair)
     if len(src) != len(tgt):
-        raise DataError(f"{pair[0]} has {len(src)} lines but {pair[1]} has {len(tgt)}; line i of "
-                        "one must translate line i of the other.")
+        raise DataError(
+            f"{pair[0]} has {len(src)} lines but {pair[1]} has {len(tgt)}; line i of "
+            "one must translate line i of the other."
+        )
     if not src:
         raise DataError(f"{pair[0]}: holds no sentences.")
     return src, tgt
 
 
 def shared_vocabulary(pair: tuple[Path, Path], max_size: int) -> Vocabulary:
-    """The joint source+target vocabulary of the training pair, from the cache when it is current."""
+    """The joint source+target vocabulary of the training pair (cached while it is current)."""
     stamp = [(p.name, p.stat().st_size, int(p.stat().st_mtime)) for p in pair]
     key = hashlib.sha256(json.dumps([stamp, max_size, TOKENIZER_VERSION]).encode()).hexdigest()[:12]
     name = f".vocab-{key}.json"
-    folders = (pair[0].parent,
-               Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "date_engine")
+    folders = (
+        pair[0].parent,
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "date_engine",
+    )
     for folder in folders:
         cached = folder / name
         if cached.is_file():
@@ -117,8 +133,9 @@ class ParallelText(Dataset):
         return self.src[index], self.tgt[index], index
 
 
-def load_parallel(root: str | Path, src: str, tgt: str, max_vocab: int = 32_000,
-                  max_length: int | None = 50) -> tuple[Vocabulary, dict[str, ParallelText]]:
+def load_parallel(
+    root: str | Path, src: str, tgt: str, max_vocab: int = 32_000, max_length: int | None = 50
+) -> tuple[Vocabulary, dict[str, ParallelText]]:
     """The shared vocabulary and each split; training pairs longer than ``max_length`` tokens on
     either side are left out (evaluation keeps every sentence)."""
     files = find_parallel(root, src, tgt)
@@ -138,8 +155,10 @@ def load_parallel(root: str | Path, src: str, tgt: str, max_vocab: int = 32_000,
             t_ids.append([bos] + vocab.encode(t_tok) + [eos])
             refs.append(" ".join(t_tok))
         if not s_ids:
-            raise DataError(f"{pair[0]}: no sentence pair left after tokenizing (and the length "
-                            f"limit of {max_length} tokens for training).")
+            raise DataError(
+                f"{pair[0]}: no sentence pair left after tokenizing (and the length "
+                f"limit of {max_length} tokens for training)."
+            )
         splits[split] = ParallelText(s_ids, t_ids, refs)
     return vocab, splits
 

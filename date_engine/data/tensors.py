@@ -1,4 +1,4 @@
-"""A data set held as aligned tensors in memory, batched by fancy indexing rather than per sample."""
+"""A data set held as aligned tensors in memory, batched by fancy indexing, not per sample."""
 
 from __future__ import annotations
 

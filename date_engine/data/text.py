@@ -2,8 +2,9 @@
 
 Each file holds one sentence per line, words separated by spaces (the Mikolov distribution already
 maps rare words to ``<unk>``). Every line ends with an ``<eos>`` token; the vocabulary is the
-training set's words, most frequent first, capped at ``max_vocab`` (10k for PTB) with the rest read as
-``<unk>``. A sample is ``num_steps`` consecutive tokens and the same window shifted by one as targets.
+training set's words, most frequent first, capped at ``max_vocab`` (10k for PTB) with the rest read
+as ``<unk>``. A sample is ``num_steps`` consecutive tokens and the same window shifted by one as
+targets.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torch.utils.data import Dataset
 
 from date_engine.errors import DataError, DataMissing
 
-__all__ = ["LMSequences", "PTB_SPLITS", "Vocabulary", "find_ptb", "load_ptb"]
+__all__ = ["PTB_SPLITS", "LMSequences", "Vocabulary", "find_ptb", "load_ptb"]
 
 PTB_SPLITS = ("train", "valid", "test")
 EOS, UNK = "<eos>", "<unk>"
@@ -33,8 +34,11 @@ class Vocabulary:
 
     @classmethod
     def build(cls, counts: Counter, max_size: int | None, specials: Sequence[str]) -> Vocabulary:
-        ranked = [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-                  if w not in specials]
+        ranked = [
+            w
+            for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+            if w not in specials
+        ]
         keep = ranked if max_size is None else ranked[: max(0, max_size - len(specials))]
         return cls(list(specials) + keep)
 
@@ -61,8 +65,10 @@ def find_ptb(root: str | Path) -> dict[str, Path]:
     if missing:
         raise DataMissing(
             f"Penn Treebank files not found under {root}: missing {', '.join(missing)} (looked in "
-            f"{', '.join(str(f) for f in folders)}). Set train.data_dir, or lay out an English corpus "
-            "in this format with `date data prepare shakespeare <folder> --source <archive>`.")
+            f"{', '.join(str(f) for f in folders)}). Set train.data_dir, or lay out an English "
+            "corpus in this format with `date data prepare shakespeare <folder> --source "
+            "<archive>`."
+        )
     return found
 
 
@@ -70,20 +76,26 @@ def _read_words(path: Path) -> list[str]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}); expected one sentence per "
-                        "line, words separated by spaces.") from None
+        raise DataError(
+            f"{path}: not UTF-8 text (byte {exc.start}); expected one sentence per "
+            "line, words separated by spaces."
+        ) from None
     words = [w for line in text.splitlines() if line.strip() for w in line.split() + [EOS]]
     if not words:
         raise DataError(f"{path}: holds no words; expected one sentence per line.")
     return words
 
 
-def load_ptb(root: str | Path, max_vocab: int | None = 10_000) -> tuple[Vocabulary, dict[str, torch.Tensor]]:
+def load_ptb(
+    root: str | Path, max_vocab: int | None = 10_000
+) -> tuple[Vocabulary, dict[str, torch.Tensor]]:
     """The vocabulary of the training split and every split as a 1-D tensor of token ids."""
     files = find_ptb(root)
     words = {split: _read_words(path) for split, path in files.items()}
     vocab = Vocabulary.build(Counter(words["train"]), max_vocab, specials=(UNK, EOS))
-    return vocab, {split: torch.tensor(vocab.encode(w), dtype=torch.long) for split, w in words.items()}
+    return vocab, {
+        split: torch.tensor(vocab.encode(w), dtype=torch.long) for split, w in words.items()
+    }
 
 
 class LMSequences(Dataset):
@@ -92,8 +104,10 @@ class LMSequences(Dataset):
 
     def __init__(self, ids: torch.Tensor, num_steps: int) -> None:
         if len(ids) < num_steps + 1:
-            raise DataError(f"a token stream of {len(ids)} tokens is shorter than one sample of "
-                            f"{num_steps} steps")
+            raise DataError(
+                f"a token stream of {len(ids)} tokens is shorter than one sample of "
+                f"{num_steps} steps"
+            )
         self.ids, self.num_steps = ids, num_steps
 
     def __len__(self) -> int:
@@ -101,7 +115,9 @@ class LMSequences(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         start = index * self.num_steps
-        return self.ids[start:start + self.num_steps], self.ids[start + 1:start + self.num_steps + 1]
+        return self.ids[start : start + self.num_steps], self.ids[
+            start + 1 : start + self.num_steps + 1
+        ]
 
     def __getitems__(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
         starts = torch.as_tensor(indices, dtype=torch.long).unsqueeze(1) * self.num_steps

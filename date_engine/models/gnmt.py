@@ -36,8 +36,11 @@ class NormalizedBahdanauAttention(nn.Module):
     def project_keys(self, keys: Tensor) -> Tensor:
         return self.key(keys)
 
-    def forward(self, queries: Tensor, keys: Tensor, projected_keys: Tensor, mask: Tensor) -> Tensor:
-        """queries [B, T, Q], keys [B, S, K], mask [B, S] (True = a real token) -> context [B, T, K]."""
+    def forward(
+        self, queries: Tensor, keys: Tensor, projected_keys: Tensor, mask: Tensor
+    ) -> Tensor:
+        """queries [B, T, Q], keys [B, S, K], mask [B, S] (True = a real token) -> context [B, T,
+        K]."""
         v = self.g * self.v / self.v.norm()
         energy = torch.tanh(self.query(queries).unsqueeze(2) + projected_keys.unsqueeze(1) + self.b)
         scores = energy @ v  # [B, T, S]
@@ -46,8 +49,9 @@ class NormalizedBahdanauAttention(nn.Module):
 
 
 class GNMT(nn.Module):
-    def __init__(self, vocab: int, hidden: int = 1024, layers: int = 4, dropout: float = 0.2,
-                 pad: int = 0) -> None:
+    def __init__(
+        self, vocab: int, hidden: int = 1024, layers: int = 4, dropout: float = 0.2, pad: int = 0
+    ) -> None:
         super().__init__()
         if hidden % 2 or layers < 2:
             raise ValueError("GNMT needs an even hidden size and at least 2 layers")
@@ -55,11 +59,14 @@ class GNMT(nn.Module):
         self.embed = nn.Embedding(vocab, hidden, padding_idx=pad)
         self.drop = nn.Dropout(dropout)
         self.enc_first = nn.LSTM(hidden, hidden // 2, batch_first=True, bidirectional=True)
-        self.enc_rest = nn.ModuleList(nn.LSTM(hidden, hidden, batch_first=True) for _ in range(layers - 1))
+        self.enc_rest = nn.ModuleList(
+            nn.LSTM(hidden, hidden, batch_first=True) for _ in range(layers - 1)
+        )
         self.dec_first = nn.LSTM(hidden, hidden, batch_first=True)
         self.attention = NormalizedBahdanauAttention(hidden, hidden, hidden)
-        self.dec_rest = nn.ModuleList(nn.LSTM(2 * hidden, hidden, batch_first=True)
-                                      for _ in range(layers - 1))
+        self.dec_rest = nn.ModuleList(
+            nn.LSTM(2 * hidden, hidden, batch_first=True) for _ in range(layers - 1)
+        )
         self.classifier = nn.Linear(hidden, vocab)
         for name, p in self.named_parameters():
             if name not in ("attention.g", "attention.b"):
@@ -70,14 +77,22 @@ class GNMT(nn.Module):
     def encode(self, src: Tensor, lengths: Tensor) -> Tensor:
         x = self.drop(self.embed(src))
         packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        x, _ = pad_packed_sequence(self.enc_first(packed)[0], batch_first=True, total_length=src.shape[1])
+        x, _ = pad_packed_sequence(
+            self.enc_first(packed)[0], batch_first=True, total_length=src.shape[1]
+        )
         for i, lstm in enumerate(self.enc_rest):  # encoder layers 2..L
             y, _ = lstm(self.drop(x))
             x = y + x if i >= 1 else y  # residual from layer 3 on
         return x
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, projected: Tensor, mask: Tensor,
-               state: list | None = None) -> tuple[Tensor, list]:
+    def decode(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        projected: Tensor,
+        mask: Tensor,
+        state: list | None = None,
+    ) -> tuple[Tensor, list]:
         state = state or [None] * (1 + len(self.dec_rest))
         x, first = self.dec_first(self.drop(self.embed(tgt_in)), state[0])
         context = self.attention(x, memory, projected, mask)
@@ -91,11 +106,15 @@ class GNMT(nn.Module):
     def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits [B, T, vocab]."""
         memory = self.encode(src, src_len)
-        logits, _ = self.decode(tgt_in, memory, self.attention.project_keys(memory), src != self.pad)
+        logits, _ = self.decode(
+            tgt_in, memory, self.attention.project_keys(memory), src != self.pad
+        )
         return logits
 
     @torch.no_grad()
-    def translate(self, src: Tensor, src_len: Tensor, bos: int, eos: int, max_len: int) -> list[list[int]]:
+    def translate(
+        self, src: Tensor, src_len: Tensor, bos: int, eos: int, max_len: int
+    ) -> list[list[int]]:
         """Greedy decoding: the most likely token at each step, until </s> or ``max_len``."""
         memory = self.encode(src, src_len)
         projected, mask = self.attention.project_keys(memory), src != self.pad

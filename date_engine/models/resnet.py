@@ -1,5 +1,6 @@
 """ResNet-50 (He et al., 2016) in plain torch: the v1.5 layout (stride on the 3×3 convolution), as
-in the large-batch ImageNet studies the paper compares with. 25,557,032 parameters in 161 tensors."""
+in the large-batch ImageNet studies the paper compares with. 25,557,032 parameters in 161 tensors.
+"""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ class Bottleneck(nn.Module):
         self.relu = nn.ReLU(inplace=True)
         self.downsample = None
         if stride != 1 or inplanes != out:
-            self.downsample = nn.Sequential(nn.Conv2d(inplanes, out, 1, stride=stride, bias=False),
-                                            nn.BatchNorm2d(out))
+            self.downsample = nn.Sequential(
+                nn.Conv2d(inplanes, out, 1, stride=stride, bias=False), nn.BatchNorm2d(out)
+            )
 
     def forward(self, x: Tensor) -> Tensor:
         identity = x if self.downsample is None else self.downsample(x)
@@ -36,8 +38,9 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, layers: tuple[int, ...] = (3, 4, 6, 3), num_classes: int = 1000,
-                 in_channels: int = 3) -> None:
+    def __init__(
+        self, layers: tuple[int, ...] = (3, 4, 6, 3), num_classes: int = 1000, in_channels: int = 3
+    ) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, 64, 7, stride=2, padding=3, bias=False)
         self.bn1 = nn.BatchNorm2d(64)

@@ -11,11 +11,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["decay_add_", "group_by_device_and_dtype", "like", "norms", "scalars"]
+__all__ = ["LayerwiseOptimizer", "decay_add_", "group_by_device_and_dtype", "like", "norms",
+           "scalars"]
 
 
 def group_by_device_and_dtype(tensors: Sequence[Tensor]) -> dict[tuple, list[int]]:
-    """Indices of ``tensors`` bucketed by (device, dtype), the unit a ``torch._foreach_*`` op takes."""
+    """Indices of ``tensors`` by (device, dtype): the unit a ``torch._foreach_*`` op takes."""
     buckets: dict[tuple, list[int]] = defaultdict(list)
     for i, t in enumerate(tensors):
         buckets[(t.device, t.dtype)].append(i)
@@ -33,11 +34,14 @@ def norms(tensors: Sequence[Tensor]) -> Tensor:
         return torch.empty(0)
     first = tensors[0]
     if first.device.type == "cpu" and first.dtype in (torch.float32, torch.float64):
-        return torch.stack([
-            torch.dot(t.view(-1), t.view(-1)) if t.is_contiguous()
-            else torch.linalg.vector_norm(t).square()
-            for t in tensors
-        ]).sqrt()
+        return torch.stack(
+            [
+                torch.dot(t.view(-1), t.view(-1))
+                if t.is_contiguous()
+                else torch.linalg.vector_norm(t).square()
+                for t in tensors
+            ]
+        ).sqrt()
     return torch.stack(torch._foreach_norm(list(tensors)))
 
 
@@ -47,11 +51,13 @@ def scalars(values: Tensor) -> list[Tensor]:
 
 
 def like(values: Tensor, t: Tensor) -> Tensor:
-    """Per-tensor factors ready to multiply ``t``: on its device, in float32 (float64 for float64)."""
+    """Per-tensor factors ready to multiply ``t``: on its device, float32 (float64 for float64)."""
     return values.to(t.device, torch.float64 if t.dtype == torch.float64 else torch.float32)
 
 
-def decay_add_(bufs: Sequence[Tensor], tensors: Sequence[Tensor], beta: float, factors: Tensor) -> None:
+def decay_add_(
+    bufs: Sequence[Tensor], tensors: Sequence[Tensor], beta: float, factors: Tensor
+) -> None:
     """``bufs[i] = beta·bufs[i] + factors[i]·tensors[i]`` with a per-tensor factor (a 1-D tensor).
 
     On CUDA this is two multi-tensor kernels (mul_, addcmul_). On the CPU each pass over memory
@@ -70,3 +76,23 @@ def decay_add_(bufs: Sequence[Tensor], tensors: Sequence[Tensor], beta: float, f
     if beta != 1:
         torch._foreach_mul_(list(bufs), beta)
     torch._foreach_addcmul_(list(bufs), list(tensors), scalars(factors))
+
+
+class LayerwiseOptimizer(torch.optim.Optimizer):
+    """What LARS and LAMB share: ``step`` evaluates the closure, then updates each param group's
+    parameters that have a gradient, one (device, dtype) bucket at a time (``_update``)."""
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            for idx in group_by_device_and_dtype(params).values():
+                self._update([params[i] for i in idx], group)
+        return loss
+
+    def _update(self, params: list[Tensor], group: dict) -> None:
+        raise NotImplementedError

@@ -1,35 +1,26 @@
-"""Build the optimizer a spec describes: its base optimizer, wrapped in DATE."""
+"""Build the optimizer a plan names: its base optimizer (from the catalog), wrapped in DATE."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 
+from date_engine.catalog import CATALOG, entry
 from date_engine.optim.date import DATE
-from date_engine.optim.lamb import LAMB
-from date_engine.optim.lars import LARS
-from date_engine.spec import LAYERWISE_OPTIMIZERS, LayerRatioSpec, OptimizerSpec
 
 __all__ = ["build_base_optimizer", "build_optimizer"]
 
 
-def build_base_optimizer(params: Iterable[Any], spec: OptimizerSpec, lr: float) -> torch.optim.Optimizer:
-    """The torch optimizer named by ``spec`` (sgd, momentum, nesterov, adagrad, rmsprop, adam,
-    adamw; or this package's lars, lamb) at learning rate ``lr``, with the spec's options over the
-    defaults."""
-    opts = spec.options()
-    if spec.name in LAYERWISE_OPTIMIZERS:
-        cls = LARS if spec.name == "lars" else LAMB
-        return cls(_trust_ratio_groups(params), lr=lr, **opts)
-    if spec.name in ("sgd", "momentum"):
-        return torch.optim.SGD(params, lr=lr, **opts)
-    if spec.name == "nesterov":
-        return torch.optim.SGD(params, lr=lr, nesterov=True, **opts)
-    cls = {"adagrad": torch.optim.Adagrad, "rmsprop": torch.optim.RMSprop,
-           "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[spec.name]
-    return cls(params, lr=lr, **opts)
+def build_base_optimizer(params: Iterable[Any], name: str, options: Mapping[str, Any],
+                         lr: float) -> torch.optim.Optimizer:
+    """The optimizer the catalog calls ``name`` at learning rate ``lr`` with ``options`` (every
+    option of that name; see :meth:`date_engine.spec.OptimizerSpec.options`)."""
+    record = entry(name)
+    if record.family == "layerwise":
+        params = _trust_ratio_groups(params)
+    return record.load_class()(params, lr=lr, **record.fixed, **options)
 
 
 def _trust_ratio_groups(params: Iterable[Any]) -> list[dict[str, Any]]:
@@ -43,23 +34,13 @@ def _trust_ratio_groups(params: Iterable[Any]) -> list[dict[str, Any]]:
     return [g for g in groups if g["params"]]
 
 
-def build_optimizer(
-    params: Iterable[Any],
-    optimizer: OptimizerSpec,
-    layer_ratio: LayerRatioSpec,
-    lr: float,
-) -> torch.optim.Optimizer:
-    """DATE over the spec's base optimizer (LARS and LAMB as they are: they adapt per layer
-    themselves). Pass ``model.named_parameters()`` so that DATE knows parameter names; ``lr`` is
-    normally the plan's peak LR, scaled step by step by the schedule."""
-    base = build_base_optimizer(params, optimizer, lr)
-    if optimizer.name in LAYERWISE_OPTIMIZERS:
+def build_optimizer(params: Iterable[Any], settings: Any, lr: float) -> torch.optim.Optimizer:
+    """DATE over the base optimizer ``settings`` names (a plan's
+    :class:`~date_engine.plan.OptimizerSettings`: ``name``, ``options``, ``layer_ratio``); LARS
+    and LAMB as they are, since they adapt per layer themselves. Pass ``model.named_parameters()``
+    so that DATE knows parameter names; ``lr`` is normally the plan's peak LR, scaled step by step
+    by the schedule."""
+    base = build_base_optimizer(params, settings.name, settings.options, lr)
+    if CATALOG[settings.name].family == "layerwise":
         return base
-    return DATE(
-        base,
-        mode=layer_ratio.mode,
-        gamma=layer_ratio.resolved_gamma,
-        trust_coefficient=layer_ratio.resolved_trust_coefficient,
-        lower=layer_ratio.resolved_lower,
-        upper=layer_ratio.resolved_upper,
-    )
+    return DATE(base, **settings.layer_ratio)

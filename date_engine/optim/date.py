@@ -7,10 +7,11 @@ at learning rate lr·r_l:
 
 - SGD-family bases (SGD, momentum, Nesterov): r_l scales the layer's gradient, its L2 weight-decay
   term included, before the momentum update — the LARS placement. For ``torch.optim.SGD`` this is
-  done in the same foreach passes as SGD's own update, so it costs two norm reductions and no memory.
+  done in the same foreach passes as SGD's own update, so it costs two norm reductions and no
+  memory.
 - Adaptive bases (AdaGrad, RMSprop, Adam, AdamW, ...): a scaled gradient would cancel inside their
-  normalisation, so r_l scales the base's *update*: w ← w_before + r_l·(w_after − w_before). This needs
-  one buffer the size of the adapted parameters.
+  normalisation, so r_l scales the base's *update*: w ← w_before + r_l·(w_after − w_before). This
+  needs one buffer the size of the adapted parameters.
 
 ``param_groups`` and ``state`` are the base's own objects, so LR schedulers, ``GradScaler`` and
 checkpoints work on a DATE optimizer as on the base — also after ``load_state_dict``.
@@ -20,12 +21,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from date_engine.catalog import CATALOG, Placement
 from date_engine.optim._tensors import (
     decay_add_,
     group_by_device_and_dtype,
@@ -33,23 +35,15 @@ from date_engine.optim._tensors import (
     norms,
     scalars,
 )
-from date_engine.optim.ratios import Mode, RatioRule, layer_ratios
-from date_engine.spec import DEFAULT_GAMMA, DEFAULT_LOWER, DEFAULT_TRUST_COEFFICIENT, DEFAULT_UPPER
+from date_engine.optim.ratios import DEFAULTS, Mode, RatioRule, layer_ratios
 
 __all__ = ["DATE"]
 
-Placement = Literal["gradient", "update"]
 Exclude = Callable[[str, Tensor], bool]
-
-_ADAPTIVE = tuple(
-    getattr(torch.optim, name)
-    for name in ("Adagrad", "RMSprop", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "Adadelta")
-    if hasattr(torch.optim, name)
-)
 
 
 class DATE(Optimizer):
-    """Per-layer stabilised learning over ``base`` (spec/DATE.md §3).
+    """Per-layer stabilised learning over ``base`` (docs/algorithm.md §3).
 
     Args:
         base: the baseline's optimizer, built over the model's parameters — from
@@ -72,10 +66,10 @@ class DATE(Optimizer):
         self,
         base: Optimizer,
         mode: Mode = "dynamic",
-        gamma: float = DEFAULT_GAMMA,
-        lower: float = DEFAULT_LOWER,
-        upper: float = DEFAULT_UPPER,
-        trust_coefficient: float = DEFAULT_TRUST_COEFFICIENT,
+        gamma: float = DEFAULTS.gamma,
+        lower: float = DEFAULTS.lower,
+        upper: float = DEFAULTS.upper,
+        trust_coefficient: float = DEFAULTS.trust_coefficient,
         exclude: Exclude | None = None,
         placement: Placement | None = None,
         foreach: bool | None = None,
@@ -105,7 +99,9 @@ class DATE(Optimizer):
         if isinstance(base, torch.optim.SGD):
             for group in base.param_groups:
                 if group.get("differentiable") or group.get("fused"):
-                    raise ValueError("DATE does not support SGD with differentiable=True or fused=True")
+                    raise ValueError(
+                        "DATE does not support SGD with differentiable=True or fused=True"
+                    )
 
     # ------------------------------------------------------------- the base's objects, shared
 
@@ -143,10 +139,12 @@ class DATE(Optimizer):
 
     def __repr__(self) -> str:
         rule = self.rule
-        opts = {"dynamic": f"gamma={rule.gamma:g}",
-                "static": f"trust_coefficient={rule.trust_coefficient:g}, lower={rule.lower:g}, "
-                          f"upper={rule.upper:g}",
-                "off": ""}[rule.mode]
+        opts = {
+            "dynamic": f"gamma={rule.gamma:g}",
+            "static": f"trust_coefficient={rule.trust_coefficient:g}, lower={rule.lower:g}, "
+            f"upper={rule.upper:g}",
+            "off": "",
+        }[rule.mode]
         return f"DATE(mode={rule.mode}{', ' + opts if opts else ''}, base={self.base!r})"
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -227,7 +225,9 @@ class DATE(Optimizer):
         return layer_ratios(w, g, self.rule)
 
     # Adaptive bases: scale the base's update.
-    def _step_scaling_update(self, adapted: list[Tensor], spans: list[slice], ratios: Tensor) -> None:
+    def _step_scaling_update(
+        self, adapted: list[Tensor], spans: list[slice], ratios: Tensor
+    ) -> None:
         before = [self._buffer(p) for p in adapted]
         if self.foreach:
             for s in spans:
@@ -252,8 +252,9 @@ class DATE(Optimizer):
         return buf
 
     # Any other gradient-placement base: scale the gradients, then its own step.
-    def _step_scaling_gradient(self, adapted: list[Tensor], spans: list[slice],
-                               ratios: Tensor) -> None:
+    def _step_scaling_gradient(
+        self, adapted: list[Tensor], spans: list[slice], ratios: Tensor
+    ) -> None:
         if self.foreach:
             for s in spans:
                 grads = [p.grad for p in adapted[s]]
@@ -276,7 +277,9 @@ class DATE(Optimizer):
                 _sgd_update(ps, like(r, ps[0]), self.state, group, self.foreach)
 
 
-def _sgd_update(params: list[Tensor], r: Tensor, state, group: dict[str, Any], foreach: bool) -> None:
+def _sgd_update(
+    params: list[Tensor], r: Tensor, state, group: dict[str, Any], foreach: bool
+) -> None:
     """torch.optim.SGD's update (same buffers, same state) with each layer's step at lr·r_l.
 
     With d = r·(g + λw):  buf = μ·buf + (1 − τ)·d  (buf = d on the first step),
@@ -324,7 +327,7 @@ def _sgd_update(params: list[Tensor], r: Tensor, state, group: dict[str, Any], f
 
 
 def bucketed(tensors: list[Tensor]) -> tuple[list[Tensor], list[slice]]:
-    """``tensors`` reordered so each (device, dtype) bucket is contiguous, and the buckets' slices."""
+    """``tensors`` reordered so that each (device, dtype) bucket is contiguous; the slices."""
     ordered: list[Tensor] = []
     spans: list[slice] = []
     for idx in group_by_device_and_dtype(tensors).values():
@@ -334,10 +337,12 @@ def bucketed(tensors: list[Tensor]) -> tuple[list[Tensor], list[slice]]:
 
 
 def _placement_of(base: Optimizer) -> Placement:
-    if isinstance(base, torch.optim.SGD):
-        return "gradient"
-    if isinstance(base, _ADAPTIVE):
-        return "update"
+    """Where the ratio enters ``base``'s step, from the catalog record of its class (or a base
+    class of it)."""
+    for cls in type(base).__mro__:
+        for record in CATALOG.values():
+            if record.placement is not None and record.load_class() is cls:
+                return record.placement
     raise ValueError(
         f"DATE does not know where the ratio enters {type(base).__name__}; pass "
         "placement='gradient' (SGD-like: the ratio scales the gradient) or placement='update' "

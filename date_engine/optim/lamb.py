@@ -1,6 +1,7 @@
-"""LAMB (You et al., 2019), as spec/DATE.md §4 states it, for comparisons.
+"""LAMB (You et al., 2019), as docs/algorithm.md §4 states it, for comparisons.
 
-Per parameter tensor, at step t, with Adam's moments and bias corrections b1 = 1 − β1^t, b2 = 1 − β2^t:
+Per parameter tensor, at step t, with Adam's moments and bias corrections b1 = 1 − β1^t, b2 = 1 −
+β2^t:
 
     m ← β1·m + (1 − β1)·g        v ← β2·v + (1 − β2)·g²
     u = (m/b1) / (sqrt(v/b2) + ε) + λ·w
@@ -19,15 +20,14 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.optim import Optimizer
 
-from date_engine.optim._tensors import group_by_device_and_dtype, like, norms, scalars
+from date_engine.optim._tensors import LayerwiseOptimizer, like, norms, scalars
 from date_engine.optim.ratios import trust_ratio
 
 __all__ = ["LAMB"]
 
 
-class LAMB(Optimizer):
+class LAMB(LayerwiseOptimizer):
     def __init__(
         self,
         params: Iterable[Any],
@@ -38,8 +38,10 @@ class LAMB(Optimizer):
         phi_bounds: tuple[float, float] | None = None,
     ) -> None:
         if lr <= 0 or eps <= 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
-            raise ValueError(f"invalid LAMB settings: lr={lr}, betas={betas}, eps={eps}, "
-                             f"weight_decay={weight_decay}")
+            raise ValueError(
+                f"invalid LAMB settings: lr={lr}, betas={betas}, eps={eps}, "
+                f"weight_decay={weight_decay}"
+            )
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                         phi_bounds=phi_bounds, layer_ratio=True)
         super().__init__(params, defaults)
@@ -54,32 +56,28 @@ class LAMB(Optimizer):
             self._u[p] = torch.empty_like(p)
         return self._u[p]
 
-    @torch.no_grad()
-    def step(self, closure=None):  # type: ignore[override]
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            for p in params:
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p)
-                    state["exp_avg_sq"] = torch.zeros_like(p)
-                state["step"] += 1
-            # one foreach pass per (device, dtype, step): the bias corrections are plain floats
-            buckets: dict[tuple, list[Tensor]] = {}
-            for key, idx in group_by_device_and_dtype(params).items():
-                for i in idx:
-                    buckets.setdefault((*key, self.state[params[i]]["step"]), []).append(params[i])
-            for (_, _, t), ps in buckets.items():
-                self._update(ps, group, t)
-        return loss
+    def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(p)
+                state["exp_avg_sq"] = torch.zeros_like(p)
+            state["step"] += 1
+        # one foreach pass per step count: the bias corrections are plain floats
+        by_step: dict[int, list[Tensor]] = {}
+        for p in params:
+            by_step.setdefault(self.state[p]["step"], []).append(p)
+        for t, ps in by_step.items():
+            self._update_at(ps, group, t)
 
-    def _update(self, params: list[Tensor], group: dict[str, Any], t: int) -> None:
-        (beta1, beta2), eps, wd, lr = group["betas"], group["eps"], group["weight_decay"], group["lr"]
+    def _update_at(self, params: list[Tensor], group: dict[str, Any], t: int) -> None:
+        (beta1, beta2), eps, wd, lr = (
+            group["betas"],
+            group["eps"],
+            group["weight_decay"],
+            group["lr"],
+        )
         grads = [p.grad for p in params]
         m = [self.state[p]["exp_avg"] for p in params]
         v = [self.state[p]["exp_avg_sq"] for p in params]

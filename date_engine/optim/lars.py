@@ -1,4 +1,4 @@
-"""LARS (You, Gitman & Ginsburg, 2017), as spec/DATE.md §4 states it, for comparisons.
+"""LARS (You, Gitman & Ginsburg, 2017), as docs/algorithm.md §4 states it, for comparisons.
 
 Per parameter tensor, with trust ratio r = c·φ(||w||) / (||g|| + λ||w||)  (r = 1 if a norm is 0):
 
@@ -16,15 +16,14 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.optim import Optimizer
 
-from date_engine.optim._tensors import decay_add_, group_by_device_and_dtype, like, norms, scalars
+from date_engine.optim._tensors import LayerwiseOptimizer, decay_add_, like, norms, scalars
 from date_engine.optim.ratios import trust_ratio
 
 __all__ = ["LARS"]
 
 
-class LARS(Optimizer):
+class LARS(LayerwiseOptimizer):
     def __init__(
         self,
         params: Iterable[Any],
@@ -37,28 +36,17 @@ class LARS(Optimizer):
         if lr <= 0 or not 0 <= momentum < 1 or weight_decay < 0 or trust_coefficient <= 0:
             raise ValueError(f"invalid LARS settings: lr={lr}, momentum={momentum}, "
                              f"weight_decay={weight_decay}, trust_coefficient={trust_coefficient}")
-        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
-                        trust_coefficient=trust_coefficient, phi_bounds=phi_bounds, layer_ratio=True)
+        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, layer_ratio=True,
+                        trust_coefficient=trust_coefficient, phi_bounds=phi_bounds)
         super().__init__(params, defaults)
-
-    @torch.no_grad()
-    def step(self, closure=None):  # type: ignore[override]
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            for idx in group_by_device_and_dtype(params).values():
-                self._update([params[i] for i in idx], group)
-        return loss
 
     def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
         lr, beta, wd = group["lr"], group["momentum"], group["weight_decay"]
         grads = [p.grad for p in params]
         if group["layer_ratio"]:
-            r = trust_ratio(norms(params), norms(grads), wd, group["trust_coefficient"],
-                            group["phi_bounds"])
+            r = trust_ratio(
+                norms(params), norms(grads), wd, group["trust_coefficient"], group["phi_bounds"]
+            )
         else:
             r = torch.ones(len(params), device=params[0].device)
         step = lr * like(r, params[0])

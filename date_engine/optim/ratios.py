@@ -1,11 +1,13 @@
-"""Per-layer learning-rate ratios: DATE's dynamic rule and the paper's static clamp (spec §3).
+"""Per-layer learning-rate ratios: DATE's dynamic rule and the paper's static clamp
+(docs/algorithm.md §3).
 
 For each adapted layer l, ρ_l = ||w_l|| / ||g_l|| — the LARS ratio without its weight-decay term
 (You et al., SC'19, §3.5). Where either norm is zero (or not finite) the layer keeps r_l = 1.
 
 - ``dynamic``: r_l = clamp(ρ_l / m, 1/γ, γ), m the geometric mean of the step's ratios. The bounds
   m/γ and m·γ move with the run, and normalising by m keeps the overall step the schedule's lr(i).
-- ``static``: r_l = clamp(c·ρ_l, lower, upper), Algorithm 1 with fixed bounds and trust coefficient c.
+- ``static``: r_l = clamp(c·ρ_l, lower, upper), Algorithm 1 with fixed bounds and trust coefficient
+  c.
 - ``off``: r_l = 1.
 
 Everything is a handful of vector ops on the stacked norms: no host synchronisation.
@@ -19,14 +21,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from date_engine.spec import (
-    DEFAULT_GAMMA,
-    DEFAULT_LOWER,
-    DEFAULT_TRUST_COEFFICIENT,
-    DEFAULT_UPPER,
-)
+from date_engine.catalog import LAYER_RATIO_DEFAULTS
 
-__all__ = ["RatioRule", "layer_ratios", "trust_ratio"]
+__all__ = ["DEFAULTS", "RatioRule", "layer_ratios", "trust_ratio"]
 
 Mode = Literal["dynamic", "static", "off"]
 
@@ -36,10 +33,10 @@ class RatioRule:
     """How raw ratios ρ become the multipliers r applied to each layer's step."""
 
     mode: Mode = "dynamic"
-    gamma: float = DEFAULT_GAMMA
-    trust_coefficient: float = DEFAULT_TRUST_COEFFICIENT
-    lower: float = DEFAULT_LOWER
-    upper: float = DEFAULT_UPPER
+    gamma: float = LAYER_RATIO_DEFAULTS["dynamic"]["gamma"]
+    trust_coefficient: float = LAYER_RATIO_DEFAULTS["static"]["trust_coefficient"]
+    lower: float = LAYER_RATIO_DEFAULTS["static"]["lower"]
+    upper: float = LAYER_RATIO_DEFAULTS["static"]["upper"]
 
     def __post_init__(self) -> None:
         if self.mode not in ("dynamic", "static", "off"):
@@ -49,7 +46,13 @@ class RatioRule:
         if self.trust_coefficient <= 0:
             raise ValueError(f"trust_coefficient must be > 0, got {self.trust_coefficient}")
         if not 0 <= self.lower <= self.upper:
-            raise ValueError(f"need 0 <= lower <= upper, got lower={self.lower}, upper={self.upper}")
+            raise ValueError(
+                f"need 0 <= lower <= upper, got lower={self.lower}, upper={self.upper}"
+            )
+
+
+DEFAULTS = RatioRule()
+"""Every rule option at its catalog default (:data:`date_engine.catalog.LAYER_RATIO_DEFAULTS`)."""
 
 
 def trust_ratio(

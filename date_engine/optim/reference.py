@@ -1,4 +1,4 @@
-"""Straightforward per-parameter implementations of LARS and LAMB (spec/DATE.md §4).
+"""Straightforward per-parameter implementations of LARS and LAMB (docs/algorithm.md §4).
 
 One Python loop over parameters, one tensor op per formula term, Python floats for the ratios —
 the way these optimizers are usually first written. They are the references the tests check
@@ -55,7 +55,9 @@ class ReferenceLAMB(Optimizer):
                     continue
                 state = self.state[p]
                 if not state:
-                    state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                    state.update(
+                        step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p)
+                    )
                 state["step"] += 1
                 t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
                 m.mul_(beta1).add_(p.grad, alpha=1 - beta1)
@@ -65,7 +67,11 @@ class ReferenceLAMB(Optimizer):
                 update = m_hat / (v_hat.sqrt() + eps)
                 update.add_(p, alpha=wd)
                 w_norm, u_norm = p.norm().item(), update.norm().item()
-                ratio = _clip(w_norm, group["phi_bounds"]) / u_norm if w_norm > 0 and u_norm > 0 else 1.0
+                ratio = (
+                    _clip(w_norm, group["phi_bounds"]) / u_norm
+                    if w_norm > 0 and u_norm > 0
+                    else 1.0
+                )
                 p.sub_(update, alpha=group["lr"] * ratio)
 
 

@@ -1,4 +1,5 @@
-"""Recipes: a model, its data and its metric, registered by name. The trainer never changes per recipe.
+"""Recipes: a model, its data and its metric, registered by name. The trainer never changes per
+recipe.
 
 A recipe is a :class:`Recipe` record. Its builders import torch when called, so that listing and
 looking up recipes (``date plan`` reads ``dataset_size`` from here) stays free of torch.
@@ -21,7 +22,7 @@ from typing import Any
 
 from date_engine.errors import DateError
 
-__all__ = ["Recipe", "RecipeData", "DataOptions", "get_recipe", "list_recipes", "register_recipe"]
+__all__ = ["DataOptions", "Recipe", "RecipeData", "get_recipe", "list_recipes", "register_recipe"]
 
 ENTRY_POINT_GROUP = "date_engine.recipes"
 _BUILTIN_MODULES = (
@@ -77,13 +78,13 @@ class Recipe:
     dataset_size: int | None
     """Training samples per epoch, when known without reading the data."""
     build_model: Callable[[Any], Any]
-    """``build_model(options)``: a fresh ``torch.nn.Module`` (after the trainer has seeded torch)."""
+    """``build_model(options)``: a fresh ``torch.nn.Module`` (the trainer has seeded torch)."""
     build_data: Callable[[DataOptions, Any], RecipeData]
     """``build_data(data_options, options)``: the training and evaluation sets."""
     loss: Callable[[Any, Any, RecipeData], Any]
     """``loss(model, batch, data)``: the mean loss over the micro-batch, a scalar tensor."""
     evaluate: Callable[[Any, Any, RecipeData], dict[str, Any]]
-    """``evaluate(model, batch, data)``: summable statistics of one eval batch (tensors or numbers)."""
+    """``evaluate(model, batch, data)``: summable statistics (tensors, numbers) of an eval batch."""
     metric: Callable[[dict[str, float]], float]
     """The metric from statistics summed over the whole eval set."""
     options: type | None = None
@@ -95,22 +96,28 @@ class Recipe:
         values = dict(values or {})
         if self.options is None:
             if values:
-                raise DateError(f"model.{next(iter(values))}: recipe {self.name} takes no model "
-                                "options; remove the model section.")
+                raise DateError(
+                    f"model.{next(iter(values))}: recipe {self.name} takes no model "
+                    "options; remove the model section."
+                )
             return None
         from pydantic import ValidationError
+
+        from date_engine.spec import describe_error
 
         try:
             return self.options.model_validate(values)
         except ValidationError as exc:
             err = exc.errors()[0]
-            field_name = ".".join(str(p) for p in err["loc"]) or "model"
             allowed = ", ".join(self.options.model_fields)
             if err["type"] == "extra_forbidden":
-                raise DateError(f"model.{field_name}: not an option of recipe {self.name}; its "
-                                f"options: {allowed}.") from None
-            raise DateError(f"model.{field_name}: {err['msg']} (got {err.get('input')!r}); "
-                            f"recipe {self.name}'s options: {allowed}.") from None
+                field_name = ".".join(str(p) for p in err["loc"])
+                raise DateError(
+                    f"model.{field_name}: not an option of recipe {self.name}; its "
+                    f"options: {allowed}."
+                ) from None
+            sentence = describe_error(err, prefix=("model",))
+            raise DateError(f"{sentence[:-1]}; recipe {self.name}'s options: {allowed}.") from None
 
 
 _REGISTRY: dict[str, Callable[[], Recipe]] = {}
@@ -176,13 +183,17 @@ def _call(target: Any, name: str) -> Any:
     try:
         return target()
     except TypeError as exc:
-        raise DateError(f"recipe '{name}': calling {getattr(target, '__name__', target)!r} failed "
-                        f"({exc}); a recipe function takes no arguments and returns a "
-                        "date_engine.recipes.Recipe.") from None
+        raise DateError(
+            f"recipe '{name}': calling {getattr(target, '__name__', target)!r} failed "
+            f"({exc}); a recipe function takes no arguments and returns a "
+            "date_engine.recipes.Recipe."
+        ) from None
 
 
 def _checked(recipe: Any, name: str) -> Recipe:
     if not isinstance(recipe, Recipe):
-        raise DateError(f"recipe '{name}' did not produce a date_engine.recipes.Recipe "
-                        f"(got {type(recipe).__name__}).")
+        raise DateError(
+            f"recipe '{name}' did not produce a date_engine.recipes.Recipe "
+            f"(got {type(recipe).__name__})."
+        )
     return recipe

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from date_engine.errors import DateError
 from date_engine.recipes import DataOptions, Recipe, RecipeData, register_recipe
-from date_engine.recipes._classification import accuracy_percent, correct_count, cross_entropy_loss
+from date_engine.recipes._classification import classification_recipe
 
 TRAIN_SIZE, TEST_SIZE = 1437, 360
 
@@ -26,9 +26,16 @@ def _data(options: DataOptions, model_options=None) -> RecipeData:
 
     if options.synthetic:
         gen = torch.Generator().manual_seed(options.seed)
-        make = lambda n: (torch.rand(n, 1, 8, 8, generator=gen), torch.randint(0, 10, (n,), generator=gen))  # noqa: E731
-        return RecipeData(TensorData(*make(TRAIN_SIZE)), TensorData(*make(TEST_SIZE)), collate_batch,
-                          note="generated samples of the digits' shapes (dry run)")
+
+        def make(n):
+            return torch.rand(n, 1, 8, 8, generator=gen), torch.randint(0, 10, (n,), generator=gen)
+
+        return RecipeData(
+            TensorData(*make(TRAIN_SIZE)),
+            TensorData(*make(TEST_SIZE)),
+            collate_batch,
+            note="generated samples of the digits' shapes (dry run)",
+        )
     try:
         from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split
@@ -42,24 +49,13 @@ def _data(options: DataOptions, model_options=None) -> RecipeData:
     xtr, xte, ytr, yte = train_test_split(x, y, test_size=TEST_SIZE, stratify=y, random_state=0)
     images = lambda a: torch.tensor(a, dtype=torch.float32).view(-1, 1, 8, 8) / 16.0  # noqa: E731
     labels = lambda a: torch.tensor(a, dtype=torch.long)  # noqa: E731
-    return RecipeData(TensorData(images(xtr), labels(ytr)), TensorData(images(xte), labels(yte)),
-                      collate_batch)
+    return RecipeData(
+        TensorData(images(xtr), labels(ytr)), TensorData(images(xte), labels(yte)), collate_batch
+    )
 
 
 @register_recipe("lenet-digits")
 def lenet_digits() -> Recipe:
-    return Recipe(
-        name="lenet-digits",
-        model_name="LeNet-5 (8×8 input)",
-        dataset_name="scikit-learn digits, 8×8 scans",
-        metric_name="accuracy",
-        higher_is_better=True,
-        default_micro_batch=256,
-        dataset_size=TRAIN_SIZE,
-        build_model=_model,
-        build_data=_data,
-        loss=cross_entropy_loss,
-        evaluate=correct_count,
-        metric=accuracy_percent,
-        description="LeNet-5 on 1,437 real 8×8 digit scans; test accuracy on 360 held out.",
-    )
+    return classification_recipe(
+        "lenet-digits", "LeNet-5 (8×8 input)", "scikit-learn digits, 8×8 scans", 256, TRAIN_SIZE,
+        _model, _data, "LeNet-5 on 1,437 real 8×8 digit scans; test accuracy on 360 held out.")

@@ -1,10 +1,10 @@
 """gnmt: GNMT-style English→German translation on parallel text; BLEU with sacrebleu.
 
-``train.data_dir`` holds ``{train,valid,test}.{src}`` and ``.{tgt}`` (default ``en`` and ``de``), one
-sentence per line. The metric is BLEU of greedy translations of the validation split, computed by
-sacrebleu on this project's word/punctuation tokens (``tokenize='none'``, so it is a tokenized BLEU,
-not comparable to detokenized WMT figures). Sizes are options: ``--set model.hidden=256`` trains
-on a CPU.
+``train.data_dir`` holds ``{train,valid,test}.{src}`` and ``.{tgt}`` (default ``en`` and ``de``),
+one sentence per line. The metric is BLEU of greedy translations of the validation split, computed
+by sacrebleu on this project's word/punctuation tokens (``tokenize='none'``, so it is a tokenized
+BLEU, not comparable to detokenized WMT figures). Sizes are options: ``--set model.hidden=256``
+trains on a CPU.
 """
 
 from __future__ import annotations
@@ -43,20 +43,38 @@ def _data(options: DataOptions, model: Options) -> RecipeData:
 
         def pairs(n):
             lengths = torch.randint(3, 12, (n, 2), generator=gen).tolist()
-            src = [torch.randint(4, model.vocab, (a,), generator=gen).tolist() + [3] for a, _ in lengths]
-            tgt = [[2] + torch.randint(4, model.vocab, (b,), generator=gen).tolist() + [3] for _, b in lengths]
+            src = [
+                torch.randint(4, model.vocab, (a,), generator=gen).tolist() + [3]
+                for a, _ in lengths
+            ]
+            tgt = [
+                [2] + torch.randint(4, model.vocab, (b,), generator=gen).tolist() + [3]
+                for _, b in lengths
+            ]
             refs = [" ".join(vocab.words[i] for i in t[1:-1]) for t in tgt]
             return ParallelText(src, tgt, refs)
 
-        return RecipeData(pairs(256), pairs(16), collate_pairs, note="generated sentence pairs",
-                          context={"vocab": vocab, "options": model})
-    vocab, splits = load_parallel(options.data_dir or "data/en-de", model.src, model.tgt,
-                                  max_vocab=model.vocab, max_length=model.max_length)
+        return RecipeData(
+            pairs(256),
+            pairs(16),
+            collate_pairs,
+            note="generated sentence pairs",
+            context={"vocab": vocab, "options": model},
+        )
+    vocab, splits = load_parallel(
+        options.data_dir or "data/en-de",
+        model.src,
+        model.tgt,
+        max_vocab=model.vocab,
+        max_length=model.max_length,
+    )
     valid = splits["valid"]
     if model.eval_sentences is not None:
         n = min(model.eval_sentences, len(valid))
         valid = ParallelText(valid.src[:n], valid.tgt[:n], valid.references[:n])
-    return RecipeData(splits["train"], valid, collate_pairs, context={"vocab": vocab, "options": model})
+    return RecipeData(
+        splits["train"], valid, collate_pairs, context={"vocab": vocab, "options": model}
+    )
 
 
 def _model(options: Options):
@@ -75,22 +93,32 @@ def _loss(model, batch, data):
     logits = model(src, src_len, tgt_in)  # through DDP's forward, so gradients are all-reduced
     import torch.nn.functional as F
 
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
-                           ignore_index=0, label_smoothing=smoothing)
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        tgt_out.reshape(-1),
+        ignore_index=0,
+        label_smoothing=smoothing,
+    )
 
 
 def _evaluate(model, batch, data):
     try:
         import sacrebleu
     except ImportError:
-        raise DateError("recipe gnmt scores BLEU with sacrebleu, which is not installed; run: "
-                        "pip install 'date-engine[translation]'") from None
+        raise DateError(
+            "recipe gnmt scores BLEU with sacrebleu, which is not installed; run: "
+            "pip install 'date-engine[translation]'"
+        ) from None
     src, src_len, _, _, index = batch
     vocab = data.context["vocab"]
     max_len = int(src_len.max()) * 2 + 10
     hyps = _unwrap(model).translate(src, src_len, vocab.index["<s>"], vocab.index["</s>"], max_len)
-    stats = {"sys_len": 0, "ref_len": 0, **{f"correct{n}": 0 for n in range(4)},
-             **{f"total{n}": 0 for n in range(4)}}
+    stats = {
+        "sys_len": 0,
+        "ref_len": 0,
+        **{f"correct{n}": 0 for n in range(4)},
+        **{f"total{n}": 0 for n in range(4)},
+    }
     for ids, i in zip(hyps, index.tolist()):
         hyp = " ".join(vocab.words[t] for t in ids)
         score = sacrebleu.sentence_bleu(hyp, [data.eval.references[i]], tokenize="none")
@@ -105,9 +133,12 @@ def _evaluate(model, batch, data):
 def _bleu(stats: dict[str, float]) -> float:
     from sacrebleu.metrics.bleu import BLEU
 
-    return BLEU.compute_bleu([int(stats[f"correct{n}"]) for n in range(4)],
-                             [int(stats[f"total{n}"]) for n in range(4)],
-                             int(stats["sys_len"]), int(stats["ref_len"])).score
+    return BLEU.compute_bleu(
+        [int(stats[f"correct{n}"]) for n in range(4)],
+        [int(stats[f"total{n}"]) for n in range(4)],
+        int(stats["sys_len"]),
+        int(stats["ref_len"]),
+    ).score
 
 
 @register_recipe("gnmt")
@@ -115,6 +146,6 @@ def gnmt() -> Recipe:
     return Recipe(
         name="gnmt", model_name="GNMT-style LSTM seq2seq with attention",
         dataset_name="parallel text (train/valid/test.{en,de})", metric_name="bleu",
-        higher_is_better=True, default_micro_batch=128, dataset_size=None,
-        build_model=_model, build_data=_data, loss=_loss, evaluate=_evaluate, metric=_bleu,
-        options=Options, description="English→German; tokenized BLEU of greedy translations.")
+        higher_is_better=True, default_micro_batch=128, dataset_size=None, build_model=_model,
+        build_data=_data, loss=_loss, evaluate=_evaluate, metric=_bleu, options=Options,
+        description="English→German; tokenized BLEU of greedy translations.")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from date_engine.recipes import DataOptions, Recipe, RecipeData, register_recipe
-from date_engine.recipes._classification import accuracy_percent, correct_count, cross_entropy_loss
+from date_engine.recipes._classification import classification_recipe
 
 
 class Options(BaseModel):
@@ -22,25 +22,42 @@ class Options(BaseModel):
 def _data(options: DataOptions, model: Options) -> RecipeData:
     import torch
 
-    from date_engine.data.images import ImageFolder, eval_transform, find_image_folders, train_transform
+    from date_engine.data.images import (
+        ImageFolder,
+        eval_transform,
+        find_image_folders,
+        train_transform,
+    )
     from date_engine.data.tensors import TensorData, collate_batch
 
     if options.synthetic:
         gen = torch.Generator().manual_seed(options.seed)
         size = model.image_size
-        make = lambda n: (torch.randn(n, 3, size, size, generator=gen),  # noqa: E731
-                          torch.randint(0, model.num_classes, (n,), generator=gen))
-        return RecipeData(TensorData(*make(16)), TensorData(*make(8)), collate_batch,
-                          note="generated images of ImageNet's shape")
+
+        def make(n):
+            return (torch.randn(n, 3, size, size, generator=gen),
+                    torch.randint(0, model.num_classes, (n,), generator=gen))
+
+        return RecipeData(
+            TensorData(*make(16)),
+            TensorData(*make(8)),
+            collate_batch,
+            note="generated images of ImageNet's shape",
+        )
     folders = find_image_folders(options.data_dir or "data/imagenet")
     train = ImageFolder(folders["train"], train_transform(model.image_size))
     if len(train.classes) > model.num_classes:
         from date_engine.errors import DataError
 
-        raise DataError(f"{folders['train']}: {len(train.classes)} class folders but the model has "
-                        f"{model.num_classes} outputs; set model.num_classes={len(train.classes)}.")
-    val = ImageFolder(folders["val"], eval_transform(model.image_size, round(model.image_size * 8 / 7)),
-                      classes=train.classes)
+        raise DataError(
+            f"{folders['train']}: {len(train.classes)} class folders but the model has "
+            f"{model.num_classes} outputs; set model.num_classes={len(train.classes)}."
+        )
+    val = ImageFolder(
+        folders["val"],
+        eval_transform(model.image_size, round(model.image_size * 8 / 7)),
+        classes=train.classes,
+    )
     return RecipeData(train, val, None)
 
 
@@ -52,9 +69,6 @@ def _model(options: Options):
 
 @register_recipe("resnet50-imagenet")
 def resnet50_imagenet() -> Recipe:
-    return Recipe(
-        name="resnet50-imagenet", model_name="ResNet-50 (v1.5)", dataset_name="ImageNet (ImageFolder)",
-        metric_name="accuracy", higher_is_better=True, default_micro_batch=128,
-        dataset_size=1_281_167, build_model=_model, build_data=_data, loss=cross_entropy_loss,
-        evaluate=correct_count, metric=accuracy_percent, options=Options,
-        description="ResNet-50 on an ImageFolder tree; top-1 accuracy on val.")
+    return classification_recipe(
+        "resnet50-imagenet", "ResNet-50 (v1.5)", "ImageNet (ImageFolder)", 128, 1_281_167, _model,
+        _data, "ResNet-50 on an ImageFolder tree; top-1 accuracy on val.", options=Options)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from date_engine.recipes import DataOptions, Recipe, RecipeData, register_recipe
-from date_engine.recipes._classification import accuracy_percent, correct_count, cross_entropy_loss
+from date_engine.recipes._classification import classification_recipe
 
 TRAIN_SIZE = 60_000
 
@@ -51,20 +51,14 @@ def _lstm(options: LSTMOptions):
 
 @register_recipe("lenet-mnist")
 def lenet_mnist() -> Recipe:
-    return Recipe(
-        name="lenet-mnist", model_name="LeNet-5", dataset_name="MNIST (IDX files)",
-        metric_name="accuracy", higher_is_better=True, default_micro_batch=1024,
-        dataset_size=TRAIN_SIZE, build_model=_lenet, build_data=_mnist,
-        loss=cross_entropy_loss, evaluate=correct_count, metric=accuracy_percent,
-        description="LeNet-5 on MNIST; test accuracy on the 10k test images (paper: 99.2%).")
+    return classification_recipe(
+        "lenet-mnist", "LeNet-5", "MNIST (IDX files)", 1024, TRAIN_SIZE, _lenet, _mnist,
+        "LeNet-5 on MNIST; test accuracy on the 10k test images (paper: 99.2%).")
 
 
 @register_recipe("lstm-mnist")
 def lstm_mnist() -> Recipe:
-    return Recipe(
-        name="lstm-mnist", model_name="1-layer LSTM over image rows", dataset_name="MNIST (IDX files)",
-        metric_name="accuracy", higher_is_better=True, default_micro_batch=512,
-        dataset_size=TRAIN_SIZE, build_model=_lstm, build_data=_mnist,
-        loss=cross_entropy_loss, evaluate=correct_count, metric=accuracy_percent,
-        options=LSTMOptions,
-        description="An LSTM reads the 28 rows of each image; test accuracy (paper: 98.7%).")
+    return classification_recipe(
+        "lstm-mnist", "1-layer LSTM over image rows", "MNIST (IDX files)", 512, TRAIN_SIZE, _lstm,
+        _mnist, "An LSTM reads the 28 rows of each image; test accuracy (paper: 98.7%).",
+        options=LSTMOptions)

@@ -1,9 +1,9 @@
 """ptb-small and ptb-large: Zaremba et al.'s word-level LSTM language models on Penn Treebank.
 
-``train.data_dir`` holds ``ptb.{train,valid,test}.txt``. A sample is ``num_steps`` tokens; each sample
-starts from a zero recurrent state (samples are shuffled across processes, so the state cannot carry
-from one to the next as in the original, sequential training). The metric is perplexity on the
-validation split, exp(mean negative log-likelihood per token).
+``train.data_dir`` holds ``ptb.{train,valid,test}.txt``. A sample is ``num_steps`` tokens; each
+sample starts from a zero recurrent state (samples are shuffled across processes, so the state
+cannot carry from one to the next as in the original, sequential training). The metric is perplexity
+on the validation split, exp(mean negative log-likelihood per token).
 """
 
 from __future__ import annotations
@@ -41,11 +41,19 @@ def _data(options: DataOptions, model: SmallOptions) -> RecipeData:
     if options.synthetic:
         gen = torch.Generator().manual_seed(options.seed)
         stream = lambda n: torch.randint(0, model.vocab, (n * model.num_steps + 1,), generator=gen)  # noqa: E731
-        return RecipeData(LMSequences(stream(512), model.num_steps), LMSequences(stream(64), model.num_steps),
-                          _stack, note="a generated token stream of the vocabulary's size")
+        return RecipeData(
+            LMSequences(stream(512), model.num_steps),
+            LMSequences(stream(64), model.num_steps),
+            _stack,
+            note="a generated token stream of the vocabulary's size",
+        )
     vocab, ids = load_ptb(options.data_dir or "data/ptb", max_vocab=model.vocab)
-    return RecipeData(LMSequences(ids["train"], model.num_steps), LMSequences(ids["valid"], model.num_steps),
-                      _stack, context={"vocab": vocab})
+    return RecipeData(
+        LMSequences(ids["train"], model.num_steps),
+        LMSequences(ids["valid"], model.num_steps),
+        _stack,
+        context={"vocab": vocab},
+    )
 
 
 def _stack(batch):
@@ -55,7 +63,9 @@ def _stack(batch):
 def _model(options: SmallOptions):
     from date_engine.models.lstm import WordLM
 
-    return WordLM(options.vocab, options.hidden, options.layers, options.dropout, options.init_scale)
+    return WordLM(
+        options.vocab, options.hidden, options.layers, options.dropout, options.init_scale
+    )
 
 
 def _loss(model, batch, data=None):
@@ -83,9 +93,8 @@ def _recipe(name: str, options, micro: int, model_name: str) -> Recipe:
     return Recipe(
         name=name, model_name=model_name, dataset_name="Penn Treebank (ptb.*.txt)",
         metric_name="perplexity", higher_is_better=False, default_micro_batch=micro,
-        dataset_size=None, build_model=_model, build_data=_data, loss=_loss,
-        evaluate=_evaluate, metric=_perplexity, options=options,
-        description=f"{model_name}; validation perplexity.")
+        dataset_size=None, build_model=_model, build_data=_data, loss=_loss, evaluate=_evaluate,
+        metric=_perplexity, options=options, description=f"{model_name}; validation perplexity.")
 
 
 @register_recipe("ptb-small")

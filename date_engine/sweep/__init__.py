@@ -10,20 +10,32 @@ from __future__ import annotations
 import json
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from date_engine.recipes import Recipe
 from date_engine.spec import Spec
 from date_engine.sweep.grid import Cell, PlannedCell, build_cells, parse_batches, parse_lr_grid
-from date_engine.sweep.results import CellResult, Summary, Tolerance, read_cell, summarize
+from date_engine.sweep.results import CellResult, SweepSummary, Tolerance, read_cell, summarize
 from date_engine.sweep.schemes import BASELINE, DEFAULT_LR_GRID, SCHEMES, Scheme, parse_schemes
 
-__all__ = ["BASELINE", "DEFAULT_LR_GRID", "SCHEMES", "Cell", "SweepOptions", "Tolerance", "parse_batches",
-           "parse_lr_grid", "parse_schemes", "plan_sweep", "run_sweep"]
+__all__ = [
+    "BASELINE",
+    "DEFAULT_LR_GRID",
+    "SCHEMES",
+    "Cell",
+    "SweepOptions",
+    "Tolerance",
+    "parse_batches",
+    "parse_lr_grid",
+    "parse_schemes",
+    "plan_sweep",
+    "run_sweep",
+]
 
 
 @dataclass(frozen=True)
@@ -32,48 +44,84 @@ class SweepOptions:
     schemes: list[Scheme]
     repeats: int = 1
     lr_grid: tuple[float, ...] = ()
-    tolerance: Tolerance = Tolerance(0.01, True)
+    tolerance: Tolerance = field(default_factory=lambda: Tolerance(0.01, True))
     evals: int = 10
     nproc: int = 1
     jobs: int = 1
 
 
-def plan_sweep(spec: Spec, options: SweepOptions) -> list[PlannedCell]:
-    """Every cell of the sweep, validated, with its plan."""
+def plan_sweep(
+    spec: Spec, options: SweepOptions, recipe: Recipe | None = None
+) -> list[PlannedCell]:
+    """Every cell of the sweep, validated, with the plan its ``date scale`` will train with."""
     seeds = [spec.train.seed + i for i in range(options.repeats)]
-    return build_cells(spec, options.batches, options.schemes, seeds, list(options.lr_grid),
-                       world_size=options.nproc, evals=options.evals)
+    return build_cells(
+        spec,
+        options.batches,
+        options.schemes,
+        seeds,
+        list(options.lr_grid),
+        world_size=options.nproc,
+        evals=options.evals,
+        recipe=recipe,
+    )
 
 
-def run_sweep(spec: Spec, cells: list[PlannedCell], options: SweepOptions, root: Path,
-              settings: dict[str, Any], console: Console, train: bool = True) -> tuple[Summary, int]:
+def run_sweep(
+    recipe: Recipe,
+    cells: list[PlannedCell],
+    options: SweepOptions,
+    root: Path,
+    settings: dict[str, Any],
+    console: Console,
+    train: bool = True,
+) -> tuple[SweepSummary, int]:
     """Train the cells not yet finished (unless ``train`` is False), then write every output."""
-    from date_engine.recipes import get_recipe
     from date_engine.sweep.report import write_outputs
-    from date_engine.sweep.runner import cell_folder, run_cells, threads_per_process
+    from date_engine.sweep.runner import cell_folder, run_cells
+    from date_engine.train.runtime import threads_per_process
 
-    recipe = get_recipe(settings["recipe"])
     names = [s.name for s in options.schemes]
-    settings = {**settings, "machine": machine(), "threads": threads_per_process(options.jobs, options.nproc),
-                "jobs": options.jobs,
-                "nproc": options.nproc, "evals": options.evals, "lr_grid": list(options.lr_grid)}
+    settings = {
+        **settings,
+        "machine": machine(),
+        "threads": threads_per_process(options.jobs * options.nproc),
+        "jobs": options.jobs,
+        "nproc": options.nproc,
+        "evals": options.evals,
+        "lr_grid": list(options.lr_grid),
+    }
     root.mkdir(parents=True, exist_ok=True)
     if not train:  # the report describes the run that trained the cells, not this command
         previous = _settings_of(root)
-        settings.update({k: previous[k] for k in ("command", "machine", "threads", "jobs", "nproc")
-                         if k in previous})
+        settings.update(
+            {
+                k: previous[k]
+                for k in ("command", "machine", "threads", "jobs", "nproc")
+                if k in previous
+            }
+        )
 
-    def report(results: list[CellResult]) -> Summary:
-        summary = summarize(results, recipe.metric_name, recipe.higher_is_better, options.tolerance, names)
+    def report(results: list[CellResult]) -> SweepSummary:
+        summary = summarize(
+            results, recipe.metric_name, recipe.higher_is_better, options.tolerance, names
+        )
         write_outputs(root, summary, results, settings, names)
         return summary
 
     code = 0
     if train:
-        results, code = run_cells(root, cells, nproc=options.nproc, jobs=options.jobs,
-                                  metric_name=recipe.metric_name, console=console, on_change=report)
+        results, code = run_cells(
+            root,
+            cells,
+            nproc=options.nproc,
+            jobs=options.jobs,
+            metric_name=recipe.metric_name,
+            console=console,
+            on_change=report,
+        )
     else:
-        results = [read_cell(p.cell, cell_folder(root, p), recipe.metric_name) for p in cells]
+        results = [read_cell(p.cell, cell_folder(root, p.cell), recipe.metric_name) for p in cells]
     return report(results), code
 
 
@@ -107,4 +155,3 @@ def machine() -> str:
     except ImportError:
         pass
     return f"{cpu}, {os.cpu_count()} logical CPUs{gpu}, {platform.system()}, torch {torch_version}"
-

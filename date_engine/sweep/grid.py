@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from date_engine.errors import DateError, PlanError
-from date_engine.plan import Plan, derive_plan
+from date_engine.plan import RunPlan, resolve_plan
+from date_engine.recipes import Recipe
 from date_engine.spec import Spec, parse_spec
 from date_engine.sweep.schemes import BASELINE, Scheme, baseline
 
@@ -42,7 +43,8 @@ class PlannedCell:
     cell: Cell
     spec: dict[str, Any]
     """The cell's spec as a plain mapping, as written to its folder."""
-    plan: Plan
+    run_plan: RunPlan
+    """What the cell's ``date scale`` trains with (the same :func:`resolve_plan`)."""
 
 
 def parse_batches(text: str) -> list[int]:
@@ -78,7 +80,9 @@ def _parse_list(text: str, option: str, convert, kind: str, example: str) -> lis
         try:
             values.append(convert(part))
         except ValueError:
-            raise DateError(f"{option}: '{part}' is not {kind}; write e.g. {option} {example}.") from None
+            raise DateError(
+                f"{option}: '{part}' is not {kind}; write e.g. {option} {example}."
+            ) from None
     if not values:
         raise DateError(f"{option}: nothing given; write e.g. {option} {example}.")
     return sorted(set(values))
@@ -92,6 +96,7 @@ def build_cells(
     lr_grid: list[float],
     world_size: int = 1,
     evals: int = 10,
+    recipe: Recipe | None = None,
 ) -> list[PlannedCell]:
     """Every cell of the sweep, baseline cells first, each with a validated spec and its plan.
 
@@ -108,7 +113,7 @@ def build_cells(
         if batch == b0:
             continue
         for scheme in schemes:
-            for lr in (lr_grid if scheme.uses_grid else [None]):
+            for lr in lr_grid if scheme.uses_grid else [None]:
                 for seed in seeds:
                     wanted.append((Cell(scheme.name, batch, seed, lr), scheme.apply(raw, lr)))
     planned = []
@@ -116,14 +121,14 @@ def build_cells(
         cell_raw.setdefault("train", {})["seed"] = cell.seed
         cell_spec = parse_spec(cell_raw, source=f"sweep cell {cell.name}")
         try:
-            plan = derive_plan(cell_spec, cell.batch, world_size=world_size,
-                               micro_batch=cell_spec.train.micro_batch)
+            run_plan = resolve_plan(cell_spec, cell.batch, world_size, recipe=recipe)
         except PlanError as exc:
             raise DateError(f"cell {cell.name} ({_what(cell)}): {exc}") from None
+        steps = run_plan.plan.total_iterations
         train = cell_raw["train"]
-        train["eval_every"] = max(1, math.ceil(plan.total_iterations / max(evals, 1)))
-        train["log_every"] = max(1, round(plan.total_iterations / LOG_LINES))
-        planned.append(PlannedCell(cell, cell_raw, plan))
+        train["eval_every"] = max(1, math.ceil(steps / max(evals, 1)))
+        train["log_every"] = max(1, round(steps / LOG_LINES))
+        planned.append(PlannedCell(cell, cell_raw, run_plan))
     return planned
 
 

@@ -1,8 +1,8 @@
 """What a sweep's cells measured, read back from their folders, and what it adds up to.
 
 Per cell: the final eval metric, steps, wall and training time, the eval curve (step, training
-seconds, metric) and the training-loss curve, from the trainer's ``summary.json``,
-``metrics.jsonl`` and ``plan.json``.
+seconds, metric) and the training-loss curve, read from its run folder
+(:class:`~date_engine.runfolder.RunFolder`).
 
 Per (batch, scheme): the mean and spread over seeds (for grid schemes, of the LR with the best
 mean), the difference to the baseline, and time-to-accuracy: the first evaluation at which the
@@ -13,7 +13,6 @@ over the cell's, both measured on the machine that ran the sweep.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
@@ -22,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from date_engine.errors import DateError
+from date_engine.runfolder import RunFolder
 from date_engine.sweep.grid import Cell
 from date_engine.sweep.schemes import BASELINE
 
-__all__ = ["CellResult", "Group", "Tolerance", "read_cell", "summarize"]
+__all__ = ["CellResult", "Group", "SweepSummary", "Tolerance", "read_cell", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,10 @@ class Tolerance:
     def parse(cls, text: str) -> Tolerance:
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(%?)\s*", text)
         if not match:
-            raise DateError(f"--tolerance: '{text}' is not a tolerance; write an amount in the metric's "
-                            "units (0.3) or a percentage of the baseline's metric (5%).")
+            raise DateError(
+                f"--tolerance: '{text}' is not a tolerance; write an amount in the metric's "
+                "units (0.3) or a percentage of the baseline's metric (5%)."
+            )
         number = float(match.group(1))
         return cls(number / 100 if match.group(2) else number, bool(match.group(2)))
 
@@ -50,7 +52,11 @@ class Tolerance:
 
     def target(self, reference: float, higher_is_better: bool) -> float:
         """The worst metric that still counts as reaching ``reference``."""
-        return reference - self.amount(reference) if higher_is_better else reference + self.amount(reference)
+        return (
+            reference - self.amount(reference)
+            if higher_is_better
+            else reference + self.amount(reference)
+        )
 
     def __str__(self) -> str:
         return f"{self.value * 100:g}%" if self.relative else f"{self.value:g}"
@@ -83,32 +89,46 @@ class CellResult:
         """Set the first evaluation at which the metric reaches ``target``."""
         self.reached_step = self.reached_s = None
         for step, seconds, value in self.evals:
-            if value is not None and math.isfinite(value) and \
-                    (value >= target if higher_is_better else value <= target):
+            if (
+                value is not None
+                and math.isfinite(value)
+                and (value >= target if higher_is_better else value <= target)
+            ):
                 self.reached_step, self.reached_s = step, seconds
                 return
 
     def row(self) -> dict[str, Any]:
         """One line of results.csv."""
         return {
-            "scheme": self.cell.scheme, "batch": self.cell.batch, "grid_lr": self.cell.lr,
-            "seed": self.cell.seed, "status": self.status, "metric": self.metric,
-            "steps": self.steps, "total_steps": self.total_steps, "epochs": self.epochs,
-            "peak_lr": self.peak_lr, "warmup_epochs": self.warmup_epochs,
-            "train_s": self.train_s, "wall_s": self.wall_s, "samples_per_s": self.samples_per_s,
-            "steps_to_target": self.reached_step, "time_to_target_s": self.reached_s,
+            "scheme": self.cell.scheme,
+            "batch": self.cell.batch,
+            "grid_lr": self.cell.lr,
+            "seed": self.cell.seed,
+            "status": self.status,
+            "metric": self.metric,
+            "steps": self.steps,
+            "total_steps": self.total_steps,
+            "epochs": self.epochs,
+            "peak_lr": self.peak_lr,
+            "warmup_epochs": self.warmup_epochs,
+            "train_s": self.train_s,
+            "wall_s": self.wall_s,
+            "samples_per_s": self.samples_per_s,
+            "steps_to_target": self.reached_step,
+            "time_to_target_s": self.reached_s,
         }
 
 
 def read_cell(cell: Cell, folder: Path, metric_name: str) -> CellResult:
     """What ``folder`` (a cell's run folder) says about the cell, however far it got."""
+    run = RunFolder(folder)
     result = CellResult(cell, "pending")
-    plan = _json(folder / "plan.json")
-    if plan:
-        result.total_steps = plan["total_iterations"]
-        result.peak_lr, result.warmup_epochs = plan["peak_lr"], plan["warmup_epochs"]
-        result.epochs = plan["total_epochs"]
-    for record in _jsonl(folder / "metrics.jsonl"):
+    run_plan = run.read_plan()
+    if run_plan is not None:
+        plan = run_plan.plan
+        result.total_steps, result.epochs = plan.total_iterations, plan.total_epochs
+        result.peak_lr, result.warmup_epochs = plan.peak_lr, plan.warmup_epochs
+    for record in run.read_metrics():
         if "eval" in record:
             value = record["eval"].get(metric_name)
             result.evals.append((record["step"], record.get("time_s"), value))
@@ -116,16 +136,16 @@ def read_cell(cell: Cell, folder: Path, metric_name: str) -> CellResult:
             result.losses.append((record["epoch"], record["loss"]))
             result.steps = max(result.steps, record["step"])
             result.train_s = record.get("time_s", result.train_s)
-    summary = _json(folder / "summary.json")
-    if (folder / "FAILED.json").exists():
+    summary = run.read_summary()
+    if run.read_failure() is not None:
         result.status = "diverged"
-    elif summary and summary["stopped_by"] is None and summary["steps"] == summary["total_steps"]:
+    elif summary is not None and summary.finished:
         result.status = "done"
-        result.metric, result.steps = summary["metric"], summary["steps"]
-        result.wall_s, result.samples_per_s = summary["wall_time_s"], summary["samples_per_s"]
+        result.metric, result.steps = summary.metric, summary.steps
+        result.wall_s, result.samples_per_s = summary.wall_time_s, summary.samples_per_s
         if result.evals and result.evals[-1][1] is not None:
             result.train_s = result.evals[-1][1]
-    elif (folder / "checkpoints").is_dir() and any((folder / "checkpoints").iterdir()):
+    elif run.checkpoints():
         result.status = "partial"
     return result
 
@@ -163,7 +183,7 @@ class Group:
 
 
 @dataclass
-class Summary:
+class SweepSummary:
     metric_name: str
     higher_is_better: bool
     tolerance: Tolerance
@@ -178,7 +198,9 @@ class Summary:
         if self.baseline is None or self.baseline.mean is None:
             return {s: "no verdict: the baseline has not finished" for s in schemes}
         for scheme in schemes:
-            groups = [g for g in self.groups if g.scheme == scheme and g.batch > self.baseline.batch]
+            groups = [
+                g for g in self.groups if g.scheme == scheme and g.batch > self.baseline.batch
+            ]
             done = [g for g in groups if g.complete and g.holds is not None]
             if not done:
                 out[scheme] = "no verdict yet: no larger batch has finished"
@@ -192,20 +214,31 @@ class Summary:
                     break
             if failed is None:
                 best = held[-1]
-                text = f"holds accuracy at every batch run, up to {best.batch} ({best.batch / self.baseline.batch:g}×)"
+                text = (f"holds accuracy at every batch run, up to {best.batch} "
+                        f"({best.batch / self.baseline.batch:g}×)")
             elif held:
-                text = (f"holds accuracy up to {held[-1].batch}; at {failed.batch} it falls to "
-                        f"{failed.mean:.4g} ({failed.delta:+.3g})" if failed.mean is not None else
-                        f"holds accuracy up to {held[-1].batch}; at {failed.batch} it diverges")
+                text = (
+                    f"holds accuracy up to {held[-1].batch}; at {failed.batch} it falls to "
+                    f"{failed.mean:.4g} ({failed.delta:+.3g})"
+                    if failed.mean is not None
+                    else f"holds accuracy up to {held[-1].batch}; at {failed.batch} it diverges"
+                )
             else:
-                text = (f"does not hold accuracy: at {failed.batch} it reaches {failed.mean:.4g} "
-                        f"({failed.delta:+.3g})" if failed.mean is not None else
-                        f"does not hold accuracy: at {failed.batch} it diverges")
+                text = (
+                    f"does not hold accuracy: at {failed.batch} it reaches {failed.mean:.4g} "
+                    f"({failed.delta:+.3g})"
+                    if failed.mean is not None
+                    else f"does not hold accuracy: at {failed.batch} it diverges"
+                )
             last = held[-1] if held else None
             if last is not None:
                 text += f"; at {last.batch}: {self.baseline.steps / last.steps:.3g}× fewer steps, "
-                text += (f"{last.speedup:.2f}× faster to the target" if last.speedup is not None else
-                         f"no time to target ({last.reached} of {len(last.results)} seeds reached it)")
+                text += (
+                    f"{last.speedup:.2f}× faster to the target"
+                    if last.speedup is not None
+                    else f"no time to target ({last.reached} of {len(last.results)} seeds "
+                    "reached it)"
+                )
             out[scheme] = text
         return out
 
@@ -218,13 +251,23 @@ class Summary:
             data["tried"] = {f"{k:g}": v for k, v in g.tried.items()}
             return data
 
-        return {"metric": self.metric_name, "higher_is_better": self.higher_is_better,
-                "tolerance": str(self.tolerance), "target": self.target,
-                "baseline": group(self.baseline), "groups": [group(g) for g in self.groups]}
+        return {
+            "metric": self.metric_name,
+            "higher_is_better": self.higher_is_better,
+            "tolerance": str(self.tolerance),
+            "target": self.target,
+            "baseline": group(self.baseline),
+            "groups": [group(g) for g in self.groups],
+        }
 
 
-def summarize(results: list[CellResult], metric_name: str, higher_is_better: bool,
-              tolerance: Tolerance, schemes: list[str]) -> Summary:
+def summarize(
+    results: list[CellResult],
+    metric_name: str,
+    higher_is_better: bool,
+    tolerance: Tolerance,
+    schemes: list[str],
+) -> SweepSummary:
     """Group the cells by (batch, scheme), keep the best grid LR, compare with the baseline."""
     base_cells = [r for r in results if r.cell.scheme == BASELINE]
     baseline = _group(BASELINE, base_cells[0].cell.batch, base_cells) if base_cells else None
@@ -238,18 +281,25 @@ def summarize(results: list[CellResult], metric_name: str, higher_is_better: boo
         _timing(baseline, None)
     groups = []
     order = {s: i for i, s in enumerate(schemes)}
-    keys = sorted({(r.cell.batch, r.cell.scheme) for r in results if r.cell.scheme != BASELINE},
-                  key=lambda k: (k[0], order.get(k[1], len(order))))
+    keys = sorted(
+        {(r.cell.batch, r.cell.scheme) for r in results if r.cell.scheme != BASELINE},
+        key=lambda k: (k[0], order.get(k[1], len(order))),
+    )
     for batch, scheme in keys:
         cells = [r for r in results if (r.cell.batch, r.cell.scheme) == (batch, scheme)]
         lrs = sorted({r.cell.lr for r in cells if r.cell.lr is not None})
         if lrs:
             tried = {lr: _group(scheme, batch, [r for r in cells if r.cell.lr == lr]) for lr in lrs}
-            means = {lr: (g.mean if g.complete and all(r.status == "done" for r in g.results) else None)
-                     for lr, g in tried.items()}
+            means = {
+                lr: (g.mean if g.complete and all(r.status == "done" for r in g.results) else None)
+                for lr, g in tried.items()
+            }
             finished = [lr for lr, m in means.items() if m is not None]
-            kept = (max if higher_is_better else min)(finished, key=lambda lr: means[lr]) if finished \
+            kept = (
+                (max if higher_is_better else min)(finished, key=lambda lr: means[lr])
+                if finished
                 else lrs[0]
+            )
             group = tried[kept]
             group.grid_lr, group.tried = kept, means
         else:
@@ -262,7 +312,7 @@ def summarize(results: list[CellResult], metric_name: str, higher_is_better: boo
                 group.holds = False  # diverged
         _timing(group, baseline)
         groups.append(group)
-    return Summary(metric_name, higher_is_better, tolerance, baseline, target, groups)
+    return SweepSummary(metric_name, higher_is_better, tolerance, baseline, target, groups)
 
 
 def _group(scheme: str, batch: int, cells: list[CellResult]) -> Group:
@@ -285,24 +335,3 @@ def _timing(group: Group, baseline: Group | None) -> None:
         group.steps_to_target = statistics.fmean(r.reached_step for r in reached)
         if baseline is not None and baseline.time_to_target_s and group.time_to_target_s > 0:
             group.speedup = baseline.time_to_target_s / group.time_to_target_s
-
-
-def _json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _jsonl(path: Path) -> list[dict]:
-    try:
-        text = path.read_text()
-    except OSError:
-        return []
-    records = []
-    for line in text.splitlines():
-        try:
-            records.append(json.loads(line))
-        except ValueError:  # a line cut short by a kill
-            continue
-    return records

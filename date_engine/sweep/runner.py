@@ -22,58 +22,68 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
+from rich.console import Console
 
 from date_engine.errors import DateError
-from date_engine.sweep.grid import PlannedCell
+from date_engine.runfolder import RunFolder
+from date_engine.sweep.grid import Cell, PlannedCell
 from date_engine.sweep.results import CellResult, read_cell
+from date_engine.view.sweep import SweepProgress
 
-__all__ = ["CellRun", "run_cells"]
+__all__ = ["CellRun", "cell_command", "cell_folder", "prepare_cell", "run_cells"]
 
-CELL_SPEC = "cell.yaml"
-LOCK = "RUNNING"
 
 
 @dataclass
 class CellRun:
     planned: PlannedCell
-    folder: Path
+    folder: RunFolder
     process: subprocess.Popen | None = None
 
 
-def threads_per_process(jobs: int, nproc: int) -> int:
-    """CPU threads each training process gets when ``jobs`` cells of ``nproc`` processes run at once."""
-    return max(1, (os.cpu_count() or 1) // max(1, jobs * nproc))
+def cell_folder(root: Path, cell: Cell) -> Path:
+    """The run folder of ``cell`` in the sweep folder ``root``."""
+    return root / "cells" / cell.name
 
 
-def cell_folder(root: Path, planned: PlannedCell) -> Path:
-    return root / "cells" / planned.cell.name
-
-
-def prepare_cell(root: Path, planned: PlannedCell) -> Path:
+def prepare_cell(root: Path, planned: PlannedCell) -> RunFolder:
     """Write the cell's spec into its folder; refuse a folder written for other settings."""
-    folder = cell_folder(root, planned)
+    folder = cell_folder(root, planned.cell)
+    run = RunFolder(folder)
     text = yaml.safe_dump(planned.spec, sort_keys=False)
-    path = folder / CELL_SPEC
+    path = run.cell_spec_path
     if path.exists() and path.read_text() != text:
         raise DateError(
-            f"{folder} was trained with other settings than this sweep asks for (see its {CELL_SPEC}); "
-            "use another --output-dir, or delete that folder to run the cell again.")
-    lock = folder / LOCK
+            f"{folder} was trained with other settings than this sweep asks for (see its "
+            f"{path.name}); "
+            "use another --output-dir, or delete that folder to run the cell again."
+        )
+    lock = run.running_path
     if lock.exists() and _alive(lock.read_text().strip()):
-        raise DateError(f"{folder} is being trained by process {lock.read_text().strip()} (another "
-                        "sweep?); wait for it or stop it first.")
+        raise DateError(
+            f"{folder} is being trained by process {lock.read_text().strip()} (another "
+            "sweep?); wait for it or stop it first."
+        )
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    return folder
+    return run
 
 
-def scale_command(planned: PlannedCell, folder: Path, nproc: int, resume: bool) -> list[str]:
+def cell_command(planned: PlannedCell, folder: RunFolder, nproc: int, resume: bool) -> list[str]:
     """The ``date scale`` command line that trains the cell."""
-    cmd = [sys.executable, "-m", "date_engine", "scale", str(folder / CELL_SPEC),
-           "--batch", str(planned.cell.batch), "--output-dir", str(folder), "--nproc", str(nproc)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "date_engine",
+        "scale",
+        str(folder.cell_spec_path),
+        "--batch",
+        str(planned.cell.batch),
+        "--output-dir",
+        str(folder.root),
+        "--nproc",
+        str(nproc),
+    ]
     return cmd + (["--resume"] if resume else [])
 
 
@@ -90,83 +100,112 @@ def run_cells(
     """Train every cell not yet finished, ``jobs`` at a time. Returns every cell's result and the
     sweep's exit code: 0; 130/143 after a signal; 2 when a cell refused its input (no cell is
     started after that: the others would refuse it too); 1 when a cell failed otherwise."""
+    from date_engine.train.runtime import threads_per_process
+
     runs = [CellRun(p, prepare_cell(root, p)) for p in cells]
-    results = {r.planned.cell: read_cell(r.planned.cell, r.folder, metric_name) for r in runs}
+    results = {r.planned.cell: read_cell(r.planned.cell, r.folder.root, metric_name) for r in runs}
     todo = [r for r in runs if results[r.planned.cell].status not in ("done", "diverged")]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_process(jobs, nproc))}
-    stop: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    running: list[CellRun] = []
-    failed = usage = False
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
-    view = _LiveView(console, runs, results)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_process(jobs * nproc))}
+    signals, running, ends = _Signals(), [], set()
     try:
-        with view:
+        with SweepProgress(console, runs, results) as view:
             while todo or running:
-                while todo and len(running) < jobs and not stop:
+                while todo and len(running) < jobs and not signals.received:
                     run = todo.pop(0)
-                    resume = results[run.planned.cell].status == "partial"
-                    log = open(run.folder / "log.txt", "a")
-                    run.process = subprocess.Popen(
-                        scale_command(run.planned, run.folder, nproc, resume), stdout=log,
-                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                        start_new_session=True)
-                    log.close()
-                    (run.folder / LOCK).write_text(str(run.process.pid))
+                    _start(run, nproc, env, resume=results[run.planned.cell].status == "partial")
                     running.append(run)
                     results[run.planned.cell].status = "running"
-                if stop and running and stop[0] != -1:
-                    for run in running:  # each cell checkpoints and exits
-                        run.process.send_signal(stop[0])
-                    stop.insert(0, -1)  # passed on once
+                signals.pass_on(running)
                 time.sleep(0.5)
                 for run in list(running):
                     code = run.process.poll()
-                    cell = run.planned.cell
+                    result = results[run.planned.cell] = read_cell(
+                        run.planned.cell, run.folder.root, metric_name
+                    )
                     if code is None:
-                        results[cell] = _live(read_cell(cell, run.folder, metric_name))
+                        result.status = "running"
                         continue
                     running.remove(run)
-                    (run.folder / LOCK).unlink(missing_ok=True)
-                    results[cell] = read_cell(cell, run.folder, metric_name)
-                    if code == 2:  # a mistake every cell would repeat: say it and start no more
-                        results[cell].status, usage = "failed", True
+                    ends.add(_ended(run, code, result))
+                    if "usage" in ends:  # a mistake every cell would repeat: start no more
                         todo.clear()
-                        err.print(f"[red]error:[/] cell {cell.name}: {_error_line(run.folder)}")
-                    elif code not in (0, 3, 130, 143) or (code == 0 and results[cell].status != "done"):
-                        results[cell].status, failed = "failed", True
-                        err.print(f"[red]cell {cell.name} failed (exit {code}); see "
-                                  f"{run.folder / 'log.txt'}[/]")
                     if on_change is not None:
                         on_change(list(results.values()))
-                if stop and not running:
+                if signals.received and not running:
                     break
                 view.update()
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        signals.restore()
         for run in running:  # only after an unexpected error in the sweep itself
             run.process.terminate()
-    signals = [s for s in stop if s != -1]
-    if signals:
-        return list(results.values()), 128 + signals[0]
-    return list(results.values()), 2 if usage else 1 if failed else 0
+    if signals.received:
+        return list(results.values()), 128 + signals.received[0]
+    return list(results.values()), 2 if "usage" in ends else 1 if "failed" in ends else 0
 
 
-def _error_line(folder: Path) -> str:
+def _start(run: CellRun, nproc: int, env: dict[str, str], resume: bool) -> None:
+    """Start the cell's ``date scale`` in a session of its own, its output into log.txt."""
+    with open(run.folder.log_path, "a") as log:
+        run.process = subprocess.Popen(
+            cell_command(run.planned, run.folder, nproc, resume),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    run.folder.running_path.write_text(str(run.process.pid))
+
+
+def _ended(run: CellRun, code: int, result: CellResult) -> str | None:
+    """Account for a cell that exited with ``code``: 'usage' (it refused its input), 'failed'
+    (anything else that is not a finish, a divergence or a signal stop) or None."""
+    run.folder.running_path.unlink(missing_ok=True)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if code == 2:
+        result.status = "failed"
+        err.print(f"[red]error:[/] cell {run.planned.cell.name}: {_error_line(run.folder)}")
+        return "usage"
+    if code not in (0, 3, 130, 143) or (code == 0 and result.status != "done"):
+        result.status = "failed"
+        err.print(
+            f"[red]cell {run.planned.cell.name} failed (exit {code}); see {run.folder.log_path}[/]"
+        )
+        return "failed"
+    return None
+
+
+class _Signals:
+    """SIGINT/SIGTERM received by the sweep, passed on once to the running cells (each finishes
+    its step, checkpoints and exits)."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._passed = False
+        self._previous = {
+            sig: signal.signal(sig, lambda signum, frame: self.received.append(signum))
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+
+    def pass_on(self, running: list[CellRun]) -> None:
+        if self.received and running and not self._passed:
+            for run in running:
+                run.process.send_signal(self.received[0])
+            self._passed = True
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _error_line(folder: RunFolder) -> str:
     """The error sentence a cell's ``date scale`` ended with."""
     try:
-        lines = (folder / "log.txt").read_text().splitlines()
+        lines = folder.log_path.read_text().splitlines()
     except OSError:
         lines = []
     errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
-    return errors[-1] if errors else f"it stopped with exit code 2; see {folder / 'log.txt'}"
-
-
-def _live(result: CellResult) -> CellResult:
-    result.status = "running"
-    return result
+    return errors[-1] if errors else f"it stopped with exit code 2; see {folder.log_path}"
 
 
 def _alive(pid: str) -> bool:
@@ -177,60 +216,3 @@ def _alive(pid: str) -> bool:
     except PermissionError:
         return True
     return True
-
-
-class _LiveView:
-    """A table of the cells, redrawn in place on a terminal; elsewhere a line per finished cell."""
-
-    def __init__(self, console: Console, runs: list[CellRun], results: dict) -> None:
-        self.console, self.runs, self.results = console, runs, results
-        self.live = Live(console=console, auto_refresh=False, transient=False) if console.is_terminal \
-            else None
-        self._said: set = set()
-
-    def __enter__(self) -> _LiveView:
-        if self.live is not None:
-            self.live.__enter__()
-            self.update()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.live is not None:
-            self.update()
-            self.live.__exit__(*exc)
-
-    def update(self) -> None:
-        if self.live is not None:
-            self.live.update(Group(self.table()), refresh=True)
-            return
-        for run in self.runs:  # plain output: one line per cell as it ends
-            result = self.results[run.planned.cell]
-            if result.status in ("done", "diverged", "failed") and run.planned.cell not in self._said:
-                self._said.add(run.planned.cell)
-                self.console.print(_line(result), soft_wrap=True, highlight=False)
-
-    def table(self) -> Table:
-        table = Table(title="date sweep", title_justify="left")
-        for col in ("cell", "status", "step", "metric", "loss", "train s"):
-            table.add_column(col, justify="left" if col in ("cell", "status") else "right")
-        for run in self.runs:
-            r = self.results[run.planned.cell]
-            metric = r.metric if r.metric is not None else (r.evals[-1][2] if r.evals else None)
-            table.add_row(
-                run.planned.cell.name, _status(r.status),
-                f"{r.steps}/{r.total_steps or run.planned.plan.total_iterations}",
-                "" if metric is None else f"{metric:.4g}",
-                f"{r.losses[-1][1]:.4g}" if r.losses else "",
-                "" if r.train_s is None else f"{r.train_s:.0f}")
-        return table
-
-
-def _status(status: str) -> str:
-    return {"done": "[green]done[/]", "running": "[cyan]running[/]", "diverged": "[red]diverged[/]",
-            "failed": "[red]failed[/]", "partial": "[yellow]partial[/]"}.get(status, status)
-
-
-def _line(r: CellResult) -> str:
-    metric = "—" if r.metric is None else f"{r.metric:.4g}"
-    seconds = "" if r.train_s is None else f", {r.train_s:.0f} s"
-    return f"{r.cell.name}: {r.status}, metric {metric}, {r.steps} steps{seconds}"

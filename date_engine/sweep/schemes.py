@@ -8,7 +8,7 @@ mapping) and, for the schemes that have no baseline LR to scale from, a peak LR 
 - ``linear``: linear scaling + constant-epoch warmup + the baseline's own decay, ratios off: what
   practitioners do today (Goyal et al.).
 - ``none``: the baseline's LR and warmup epochs unchanged, ratios off.
-- ``lars``, ``lamb``: those optimizers (spec/DATE.md §4) at each LR of the grid, LEGW warmup.
+- ``lars``, ``lamb``: those optimizers (docs/algorithm.md §4) at each LR of the grid, LEGW warmup.
 - ``adam``: Adam at each LR of the grid, LEGW warmup: the tuned-Adam comparison; the sweep keeps
   the best LR per batch.
 
@@ -23,9 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from date_engine.catalog import entry
 from date_engine.errors import DateError
+from date_engine.spec import Spec, parse_spec
 
-__all__ = ["BASELINE", "DEFAULT_LR_GRID", "SCHEMES", "Scheme", "parse_schemes"]
+__all__ = ["BASELINE", "DEFAULT_LR_GRID", "SCHEMES", "Scheme", "parse_schemes", "scheme_spec"]
 
 Raw = dict[str, Any]
 
@@ -53,18 +55,28 @@ def _none(raw: Raw, lr: float | None) -> Raw:
     return _ratios_off(_with(raw, {"date": {"scaling": "none", "warmup": "constant"}}))
 
 
-def _optimizer(name: str, **defaults: Any) -> Callable[[Raw, float | None], Raw]:
+def _optimizer(name: str) -> Callable[[Raw, float | None], Raw]:
+    """The optimizer ``name`` at its catalog defaults (the baseline's weight decay kept) at a grid
+    LR, with LEGW's warmup and no DATE ratios."""
     def apply(raw: Raw, lr: float | None) -> Raw:
         assert lr is not None
         weight_decay = raw["baseline"].get("optimizer", {}).get("weight_decay")
-        optimizer = {"name": name, **defaults}
+        optimizer: Raw = {"name": name}
         if weight_decay is not None:
             optimizer["weight_decay"] = weight_decay
         out = _with(raw, {"baseline": {"lr": lr}, "date": {"scaling": "none", "warmup": "legw"}})
-        out["baseline"]["optimizer"] = optimizer  # replaced whole: the old one's options may not apply
+        out["baseline"]["optimizer"] = optimizer
         return _ratios_off(out)
 
     return apply
+
+
+def _defaults(name: str) -> str:
+    """The catalog's momentum or betas of ``name``, for a scheme's one-line description."""
+    defaults = entry(name).defaults
+    if "betas" in defaults:
+        return "β = " + ", ".join(f"{b:g}" for b in defaults["betas"])
+    return f"momentum {defaults['momentum']:g}"
 
 
 def baseline(raw: Raw) -> Raw:
@@ -79,19 +91,48 @@ DEFAULT_LR_GRID = "1e-4,3e-4,1e-3,3e-3,1e-2"
 SCHEMES: dict[str, Scheme] = {
     s.name: s
     for s in (
-        Scheme("date", "DATE: √k·η0, LEGW warmup (k·w0 epochs), linear decay to the floor, the spec's "
-                       "per-layer ratios", _date),
-        Scheme("linear", "linear scaling k·η0, constant warmup (w0 epochs), the same decay, no per-layer "
-                         "ratios (Goyal et al.)", _linear),
-        Scheme("none", "η0 and w0 epochs of warmup unchanged, the same decay, no per-layer ratios", _none),
-        Scheme("lars", "LARS (momentum 0.9) at each LR of the grid, LEGW warmup, the same decay; best LR "
-                       "kept", _optimizer("lars", momentum=0.9), uses_grid=True),
-        Scheme("lamb", "LAMB (β = 0.9, 0.999) at each LR of the grid, LEGW warmup, the same decay; best "
-                       "LR kept", _optimizer("lamb"), uses_grid=True),
-        Scheme("adam", "Adam (β = 0.9, 0.999) at each LR of the grid, LEGW warmup, the same decay; best "
-                       "LR kept (the tuned-Adam comparison)", _optimizer("adam"), uses_grid=True),
+        Scheme(
+            "date",
+            "DATE: √k·η0, LEGW warmup (k·w0 epochs), linear decay to the floor, the spec's "
+            "per-layer ratios",
+            _date,
+        ),
+        Scheme(
+            "linear",
+            "linear scaling k·η0, constant warmup (w0 epochs), the same decay, no per-layer "
+            "ratios (Goyal et al.)",
+            _linear,
+        ),
+        Scheme(
+            "none",
+            "η0 and w0 epochs of warmup unchanged, the same decay, no per-layer ratios",
+            _none,
+        ),
+        *(
+            Scheme(
+                name,
+                f"{title} ({_defaults(name)}) at each LR of the grid, LEGW warmup, the same "
+                f"decay; best LR kept{extra}",
+                _optimizer(name),
+                uses_grid=True,
+            )
+            for name, title, extra in (
+                ("lars", "LARS", ""),
+                ("lamb", "LAMB", ""),
+                ("adam", "Adam", " (the tuned-Adam comparison)"),
+            )
+        ),
     )
 }
+
+
+def scheme_spec(
+    spec: Spec, scheme: Scheme, lr: float | None = None, source: str = "<scheme>"
+) -> Spec:
+    """``spec`` trained the way ``scheme`` says (at grid LR ``lr`` for grid schemes)."""
+    return parse_spec(
+        scheme.apply(spec.model_dump(mode="json", exclude_none=True), lr), source=source
+    )
 
 
 def parse_schemes(text: str) -> list[Scheme]:
@@ -101,7 +142,9 @@ def parse_schemes(text: str) -> list[Scheme]:
         raise DateError(f"--schemes: no scheme named; choose from {', '.join(SCHEMES)}.")
     unknown = [n for n in names if n not in SCHEMES]
     if unknown:
-        raise DateError(f"--schemes: unknown scheme '{unknown[0]}'; choose from {', '.join(SCHEMES)}.")
+        raise DateError(
+            f"--schemes: unknown scheme '{unknown[0]}'; choose from {', '.join(SCHEMES)}."
+        )
     return [SCHEMES[n] for n in dict.fromkeys(names)]
 
 

@@ -1,41 +1,46 @@
 """Checkpoints: written atomically, found again after any kind of stop, refused if they belong to
 another plan.
 
-A checkpoint is one file ``checkpoints/step-00000123.pt`` written by rank 0: model, optimizer (DATE's
-state included), the step, the samples each process has read, every process's RNG states and
-unlogged losses, the plan, and a fingerprint of the spec. It is first written to a temporary file in the same folder and then
-renamed, so a crash mid-write leaves the previous checkpoint intact. Loading uses
-``torch.load(weights_only=True)``: a checkpoint holds tensors and plain values only.
+A checkpoint is one file ``checkpoints/step-00000123.pt`` written by rank 0: model, optimizer
+(DATE's state included), the step, the samples each process has read, every process's RNG states and
+unlogged losses, the plan, and a fingerprint of the spec. It is first written to a temporary file in
+the same folder and then renamed, so a crash mid-write leaves the previous checkpoint intact.
+Loading uses ``torch.load(weights_only=True)``: a checkpoint holds tensors and plain values only.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import re
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from date_engine.errors import DateError
+from date_engine.runfolder import RunFolder
 
-__all__ = ["FORMAT", "capture_rng", "newest_valid", "restore_rng", "save_atomic"]
+__all__ = [
+    "FORMAT",
+    "CheckpointPolicy",
+    "capture_rng",
+    "describe_mismatch",
+    "newest_valid",
+    "refuse",
+    "restore_rng",
+    "save_atomic",
+]
 
 FORMAT = 1
-_NAME = re.compile(r"^step-(\d{8})\.pt$")
 REQUIRED = ("format", "step", "model", "optimizer", "plan", "spec_fingerprint", "ranks")
 
 
-def checkpoint_dir(output_dir: str | Path) -> Path:
-    return Path(output_dir) / "checkpoints"
-
-
-def save_atomic(output_dir: str | Path, step: int, payload: dict[str, Any], keep: int) -> Path:
+def save_atomic(run: RunFolder, step: int, payload: dict[str, Any], keep: int) -> Path:
     """Write ``payload`` as the checkpoint of ``step``; keep only the ``keep`` newest."""
-    folder = checkpoint_dir(output_dir)
+    final = run.checkpoint_path(step)
+    folder = final.parent
     folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"step-{step:08d}.pt"
     tmp = folder / f".{final.name}.tmp-{os.getpid()}"
     with open(tmp, "wb") as f:
         torch.save(payload, f)
@@ -43,23 +48,23 @@ def save_atomic(output_dir: str | Path, step: int, payload: dict[str, Any], keep
         os.fsync(f.fileno())
     os.replace(tmp, final)
     _fsync_dir(folder)
-    for old in _by_step(folder)[keep:]:
+    for old in run.checkpoints()[keep:]:
         old.unlink(missing_ok=True)
     return final
 
 
-def newest_valid(output_dir: str | Path) -> tuple[Path, dict[str, Any]] | None:
+def newest_valid(run: RunFolder) -> tuple[Path, dict[str, Any]] | None:
     """The newest checkpoint that loads and has every required entry, or None if there is none."""
-    folder = checkpoint_dir(output_dir)
-    if not folder.is_dir():
-        return None
-    for path in _by_step(folder):
+    for path in run.checkpoints():
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True)
         except Exception:  # a damaged file: fall back to the one before it
             continue
-        if isinstance(payload, dict) and all(k in payload for k in REQUIRED) \
-                and payload["format"] == FORMAT:
+        if (
+            isinstance(payload, dict)
+            and all(k in payload for k in REQUIRED)
+            and payload["format"] == FORMAT
+        ):
             return path, payload
     return None
 
@@ -89,16 +94,20 @@ def restore_rng(state: dict[str, Any]) -> None:
         np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
 
 
-def describe_mismatch(saved_plan: dict[str, Any], plan: dict[str, Any], saved_fp: str, fp: str) -> str | None:
+def describe_mismatch(
+    saved_plan: dict[str, Any], plan: dict[str, Any], saved_fp: str, fp: str
+) -> str | None:
     """Why a checkpoint cannot continue this run, or None if it can."""
     if saved_fp != fp:
         return "it was written for another spec (a baseline, date or training setting differs)"
     keys = ("target_batch", "world_size", "micro_batch", "accumulation_steps")
     if any(saved_plan.get(k) != plan.get(k) for k in keys):
-        return (f"it was written for batch {saved_plan.get('target_batch')} = "
-                f"{saved_plan.get('micro_batch')} × {saved_plan.get('world_size')} processes × "
-                f"{saved_plan.get('accumulation_steps')}, not batch {plan['target_batch']} = "
-                f"{plan['micro_batch']} × {plan['world_size']} × {plan['accumulation_steps']}")
+        return (
+            f"it was written for batch {saved_plan.get('target_batch')} = "
+            f"{saved_plan.get('micro_batch')} × {saved_plan.get('world_size')} processes × "
+            f"{saved_plan.get('accumulation_steps')}, not batch {plan['target_batch']} = "
+            f"{plan['micro_batch']} × {plan['world_size']} × {plan['accumulation_steps']}"
+        )
     if saved_plan != plan:
         return "its plan differs from this run's"
     return None
@@ -110,11 +119,6 @@ def refuse(path: Path, reason: str) -> DateError:
         "written for, choose another --output-dir, or pass --force-replan to continue its weights "
         "under the new plan."
     )
-
-
-def _by_step(folder: Path) -> list[Path]:
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name))]
-    return [p for _, p in sorted(found, reverse=True)]
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -134,3 +138,24 @@ def _numpy():
     import sys
 
     return sys.modules.get("numpy")
+
+
+class CheckpointPolicy:
+    """When to write a checkpoint besides the end and a stop: every ``every_steps`` optimizer
+    steps, or (without it) once ``minutes`` have passed since the last one by rank 0's clock."""
+
+    def __init__(self, every_steps: int | None, minutes: float) -> None:
+        self.every_steps, self.seconds = every_steps, minutes * 60
+        self._last = time.monotonic()
+
+    def time_due(self, is_main: bool) -> bool:
+        """This process's vote for saving by time (only rank 0's clock counts)."""
+        return (
+            self.every_steps is None and is_main and time.monotonic() - self._last >= self.seconds
+        )
+
+    def due(self, step: int, agreed_time_due: bool) -> bool:
+        return agreed_time_due or bool(self.every_steps and step % self.every_steps == 0)
+
+    def saved(self) -> None:
+        self._last = time.monotonic()

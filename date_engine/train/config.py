@@ -14,7 +14,7 @@ __all__ = ["RunConfig"]
 class RunConfig:
     """The resolved command line: the spec (overrides applied) and the run's options.
 
-    Written to ``<output_dir>/config.json``; a torchrun worker reads it back from there.
+    Written to the run folder's config.json; a torchrun worker reads it back from there.
     """
 
     spec: dict[str, Any]
@@ -36,15 +36,11 @@ class RunConfig:
     backend: str | None = None
     rerun_command: str = ""
     """How the user started the run, for the messages that tell how to resume it."""
+    print_json: bool = False
+    """Print the run's plan and summary as JSON on stdout; everything else goes to stderr."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, default=str)
-
-    def write(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.to_json())
-        return path
 
     @classmethod
     def read(cls, path: str | Path) -> RunConfig:

@@ -3,14 +3,17 @@ as workers of torch's elastic agent (``torch.distributed.run``, the code behind 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from date_engine.runfolder import RunFolder
 from date_engine.train.config import RunConfig
-from date_engine.train.runtime import job_environment
+from date_engine.train.runtime import job_environment, threads_per_process
 
 __all__ = ["LaunchOptions", "launch", "torchrun_arguments"]
 
@@ -44,12 +47,35 @@ class LaunchOptions:
 
 
 def launch(config: RunConfig, options: LaunchOptions) -> int:
-    """Run the job and return its exit code."""
+    """Run the job and return its exit code.
+
+    A dry run trains into a temporary folder, removed afterwards. With ``config.print_json`` the
+    run's plan and summary (plan.json and summary.json) are printed on stdout at the end."""
+    if not config.dry_run:
+        return _print_record(config, _run(config, options))
+    with tempfile.TemporaryDirectory(prefix="date-dry-run-") as folder:
+        config = dataclasses.replace(config, output_dir=folder)
+        return _print_record(config, _run(config, options))
+
+
+def _run(config: RunConfig, options: LaunchOptions) -> int:
     from date_engine.train import trainer
 
     if job_environment().launcher != "none" or not options.needs_agent:
         return trainer.run(config)
     return _elastic(config, options)
+
+
+def _print_record(config: RunConfig, code: int) -> int:
+    """With --json, rank 0 prints what the run wrote: its plan and (when it ended) its summary."""
+    if not config.print_json or job_environment().rank != 0:
+        return code
+    folder = RunFolder(config.output_dir)
+    run_plan, summary = folder.read_plan(), folder.read_summary()
+    print(json.dumps({"plan": run_plan.to_dict() if run_plan else None,
+                      "summary": dataclasses.asdict(summary) if summary else None,
+                      "exit_code": code}, indent=2))
+    return code
 
 
 def torchrun_arguments(config_path: Path, options: LaunchOptions) -> list[str]:
@@ -73,13 +99,8 @@ def _elastic(config: RunConfig, options: LaunchOptions) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
-    if config.dry_run:
-        folder = Path(tempfile.mkdtemp(prefix="date-dry-run-launch-"))
-    else:
-        folder = Path(config.output_dir)
-    config_path = config.write(folder / "config.json")
-    # CPU workers share the cores instead of each starting a thread per core
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // options.nproc)))
+    config_path = RunFolder(config.output_dir).write_config(config.to_json())
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads_per_process(options.nproc)))
     try:
         run(get_args_parser().parse_args(torchrun_arguments(config_path, options)))
         return 0
@@ -88,8 +109,4 @@ def _elastic(config: RunConfig, options: LaunchOptions) -> int:
         code = codes[min(codes)] if codes else 1
         return 128 - code if code < 0 else code  # a worker killed by signal N exits with -N
     finally:
-        if config.dry_run:
-            for leftover in folder.iterdir():
-                leftover.unlink()
-            folder.rmdir()
         sys.stdout.flush()

@@ -1,102 +1,128 @@
-"""What a run shows and records while it trains: the progress bar, metrics.jsonl, TensorBoard."""
+"""What a run records as it trains: the loss since the last logged step, the training clock, the
+lines of metrics.jsonl (rank 0, through :class:`~date_engine.runfolder.MetricsLog`) and the progress
+view."""
 
 from __future__ import annotations
 
-import json
-import math
 import time
-from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import torch
+import torch.distributed as dist
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
-__all__ = ["MetricsLog", "ProgressView"]
+from date_engine.runfolder import MetricsLog, RunFolder, eval_record, train_record
+from date_engine.train.runtime import Runtime
+from date_engine.view.progress import ProgressView
+
+__all__ = ["RunLogger"]
 
 
-class MetricsLog:
-    """``metrics.jsonl``: one JSON object per logged step or evaluation, and the same scalars in
-    TensorBoard event files when the ``tensorboard`` package is installed.
+class RunLogger:
+    """Per-step bookkeeping of one process; rank 0 also writes and shows it.
 
-    On resume, lines after the checkpoint's step (written by the interrupted run after it saved)
-    are dropped, so the file reads as one uninterrupted run.
+    ``window`` is the (loss sum, steps) not yet logged and ``time_before`` the training seconds of
+    earlier attempts: both come back from a checkpoint, so a resumed run logs what an uninterrupted
+    one would have.
     """
 
-    def __init__(self, output_dir: str | Path, resume_step: int | None = None) -> None:
-        self.path = Path(output_dir) / "metrics.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if resume_step is None:
-            self.path.write_text("")
-        elif self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
-        self._file = open(self.path, "a")
-        self._tb = _tensorboard(Path(output_dir) / "tensorboard")
+    def __init__(self, rt: Runtime, console: Console, folder: RunFolder, *, total_steps: int,
+                 start: int, resumed: bool, log_every: int, samples_per_step: int,
+                 dataset_size: int, window: tuple[float, int] = (0.0, 0),
+                 time_before: float = 0.0) -> None:
+        self.rt, self.total_steps, self.log_every = rt, total_steps, log_every
+        self.samples_per_step, self.dataset_size = samples_per_step, dataset_size
+        self.metrics = MetricsLog(folder, resume_step=start if (start or resumed) else None) \
+            if rt.is_main else None
+        self.view = ProgressView(console, total_steps, start) if rt.is_main else None
+        self._loss_sum = torch.tensor(window[0], device=rt.device)
+        self._window_steps, self._window_start = window[1], time.perf_counter()
+        # training time (evaluations left out) of earlier attempts, and this attempt's clock
+        self._time_before, self._clock_start, self._eval_seconds = (
+            time_before,
+            time.perf_counter(),
+            0.0,
+        )
 
-    @property
-    def tensorboard(self) -> bool:
-        return self._tb is not None
+    def is_logging(self, step: int) -> bool:
+        return step % self.log_every == 0 or step == self.total_steps
 
-    def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
-        if self._tb is not None:
-            step = record["step"]
-            for key, value in record.items():
-                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
-                    self._tb.add_scalar(key, value, step)
-            for key, value in (record.get("eval") or {}).items():
-                self._tb.add_scalar(f"eval/{key}", value, step)
+    def epoch(self, step: int) -> float:
+        return step * self.samples_per_step / self.dataset_size
+
+    def after_step(
+        self,
+        step: int,
+        lr: float,
+        loss: torch.Tensor,
+        grad_norm: torch.Tensor | None,
+        optimizer: torch.optim.Optimizer,
+    ) -> None:
+        """Count the step's loss; on a logged step, write and show the record (all processes
+        take part: the loss is averaged over them)."""
+        self._loss_sum += loss
+        self._window_steps += 1
+        if self.is_logging(step):
+            record = self._record(step, lr, grad_norm, optimizer)
+            if self.metrics is not None:
+                self.metrics.write(record)
+                self.view.logged(record)
+            self._loss_sum.zero_()
+            self._window_start, self._window_steps = time.perf_counter(), 0
+        if self.view is not None:
+            self.view.step(step, epoch=self.epoch(step), lr=lr)
+
+    def _record(
+        self, step: int, lr: float, grad_norm: torch.Tensor | None, optimizer: torch.optim.Optimizer
+    ) -> dict[str, Any]:
+        loss = self._loss_sum / max(self._window_steps, 1)
+        if self.rt.distributed:
+            dist.all_reduce(loss)
+            loss = loss / self.rt.world_size
+        elapsed = time.perf_counter() - self._window_start
+        rate = self._window_steps * self.samples_per_step / elapsed if elapsed > 0 else 0.0
+        ratios = getattr(optimizer, "last_ratios", None)
+        spread = None
+        if ratios is not None and ratios.numel():
+            spread = tuple(torch.stack([ratios.min(), ratios.median(), ratios.max()]).tolist())
+        return train_record(
+            step,
+            self.epoch(step),
+            lr,
+            loss.item(),
+            grad_norm.item() if grad_norm is not None else None,
+            rate,
+            self.train_seconds(),
+            spread,
+        )
+
+    def window_state(self) -> tuple[float, int]:
+        """The (loss sum, steps) not yet logged, for a checkpoint (reads the device)."""
+        return self._loss_sum.item(), self._window_steps
+
+    def train_seconds(self) -> float:
+        """Seconds spent training so far, over every attempt of the run, evaluations left out:
+        the clock of time-to-accuracy."""
+        return self._time_before + time.perf_counter() - self._clock_start - self._eval_seconds
+
+    @contextmanager
+    def evaluating(self, step: int, metric_name: str) -> Iterator[dict[str, float]]:
+        """Stop the training clock while the body evaluates; it puts the metric into the yielded
+        dict, which rank 0 then writes to metrics.jsonl."""
+        began, train_seconds, result = time.perf_counter(), self.train_seconds(), {}
+        yield result
+        if self.metrics is not None and metric_name in result:
+            self.metrics.write(eval_record(step, {metric_name: result[metric_name]}, train_seconds))
+        self._eval_seconds += time.perf_counter() - began
+
+    def close_view(self) -> None:
+        if self.view is not None:
+            self.view.close()
+            self.view = None
 
     def close(self) -> None:
-        self._file.close()
-        if self._tb is not None:
-            self._tb.close()
-
-
-def _tensorboard(folder: Path):
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:  # tensorboard is optional
-        return None
-    return SummaryWriter(str(folder))
-
-
-class ProgressView:
-    """A rich progress bar on a terminal (step, epoch, loss, lr, samples/s, ETA); elsewhere (logs,
-    CI) one plain line per logged step."""
-
-    def __init__(self, console: Console, total_steps: int, start_step: int) -> None:
-        self.console = console
-        self.live = console.is_terminal
-        self._last_line = time.monotonic()
-        self.fields = {"epoch": 0.0, "loss": float("nan"), "lr": 0.0, "rate": 0.0}
-        if self.live:
-            self.progress = Progress(
-                TextColumn("step {task.completed}/{task.total}"),
-                BarColumn(),
-                TaskProgressColumn(),
-                TextColumn("epoch {task.fields[epoch]:.2f}  loss {task.fields[loss]:.4g}  "
-                           "lr {task.fields[lr]:.3g}  {task.fields[rate]:.0f} samples/s"),
-                TimeRemainingColumn(),
-                console=console,
-            )
-            self.task = self.progress.add_task("train", total=total_steps, completed=start_step,
-                                               **self.fields)
-            self.progress.start()
-
-    def step(self, step: int, **fields: float) -> None:
-        self.fields.update(fields)
-        if self.live:
-            self.progress.update(self.task, completed=step, **self.fields)
-
-    def logged(self, record: dict[str, Any]) -> None:
-        if not self.live:
-            self.console.print(
-                f"step {record['step']}  epoch {record['epoch']:.2f}  loss {record['loss']:.4g}  "
-                f"lr {record['lr']:.3g}  {record['samples_per_s']:.0f} samples/s", highlight=False)
-
-    def close(self) -> None:
-        if self.live:
-            self.progress.stop()
+        self.close_view()
+        if self.metrics is not None:
+            self.metrics.close()

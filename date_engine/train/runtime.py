@@ -2,8 +2,8 @@
 
 Every device-dependent choice of the trainer is made here: CUDA or CPU, NCCL or gloo, bf16/fp16 or
 fp32, whether ``--compile`` applies. A process joins the job that launched it — torchrun's
-``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` or Slurm's ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID`` —
-or runs alone.
+``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` or Slurm's
+``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID`` — or runs alone.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-__all__ = ["Runtime", "job_environment", "setup", "teardown"]
+__all__ = ["Runtime", "job_environment", "setup", "teardown", "threads_per_process"]
 
 
 @dataclass(frozen=True)
@@ -60,30 +60,51 @@ class Runtime:
         return torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
 
 
+def threads_per_process(processes: int) -> int:
+    """CPU threads for each of ``processes`` training processes sharing this machine's cores (so
+    that they do not each start a thread per core)."""
+    return max(1, (os.cpu_count() or 1) // max(1, processes))
+
+
 def job_environment(environ: dict[str, str] | None = None) -> JobEnvironment:
     """This process's place in the job, from torchrun's or Slurm's environment variables."""
     env = os.environ if environ is None else environ
     if "RANK" in env and "WORLD_SIZE" in env:
-        return JobEnvironment(int(env["RANK"]), int(env["WORLD_SIZE"]),
-                              int(env.get("LOCAL_RANK", "0")), "torchrun")
+        return JobEnvironment(
+            int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", "0")), "torchrun"
+        )
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1:
-        return JobEnvironment(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]),
-                              int(env.get("SLURM_LOCALID", "0")), "slurm")
+        return JobEnvironment(
+            int(env["SLURM_PROCID"]),
+            int(env["SLURM_NTASKS"]),
+            int(env.get("SLURM_LOCALID", "0")),
+            "slurm",
+        )
     return JobEnvironment(0, 1, 0, "none")
 
 
-def setup(precision: str = "fp32", backend: str | None = None, compile: bool = False,
-          force_cpu: bool = False) -> Runtime:
+def setup(
+    precision: str = "fp32",
+    backend: str | None = None,
+    compile: bool = False,
+    force_cpu: bool = False,
+) -> Runtime:
     """Join the job (initialising the process group when there is more than one process), pick
     this process's device and the precision that can run on it."""
     job = job_environment()
     notes: list[str] = []
     use_cuda = torch.cuda.is_available() and not force_cpu
-    device = torch.device("cuda", job.local_rank % torch.cuda.device_count()) if use_cuda else torch.device("cpu")
+    device = (
+        torch.device("cuda", job.local_rank % torch.cuda.device_count())
+        if use_cuda
+        else torch.device("cpu")
+    )
     if use_cuda:
         torch.cuda.set_device(device)
     if precision != "fp32" and device.type != "cuda":
-        notes.append(f"{precision} runs on CUDA only; this process runs on the CPU, so it trains in fp32.")
+        notes.append(
+            f"{precision} runs on CUDA only; this process runs on the CPU, so it trains in fp32."
+        )
         precision = "fp32"
     if compile and device.type != "cuda":
         notes.append("--compile applies on CUDA only; ignored on the CPU.")
@@ -100,11 +121,16 @@ def setup(precision: str = "fp32", backend: str | None = None, compile: bool = F
         if job.launcher == "slurm":
             _slurm_rendezvous(job)
         if not dist.is_initialized():
-            dist.init_process_group(chosen_backend, store=_attempt_store(), rank=job.rank,
-                                    world_size=job.world_size,
-                                    device_id=device if device.type == "cuda" else None)
-    return Runtime(job.rank, job.world_size, job.local_rank, device, chosen_backend, precision,
-                   compile, notes)
+            dist.init_process_group(
+                chosen_backend,
+                store=_attempt_store(),
+                rank=job.rank,
+                world_size=job.world_size,
+                device_id=device if device.type == "cuda" else None,
+            )
+    return Runtime(
+        job.rank, job.world_size, job.local_rank, device, chosen_backend, precision, compile, notes
+    )
 
 
 def _attempt_store() -> dist.Store:
@@ -133,7 +159,9 @@ def _slurm_rendezvous(job: JobEnvironment) -> None:
     os.environ.setdefault("LOCAL_RANK", str(job.local_rank))
     os.environ.setdefault("MASTER_PORT", "29500")
     if "MASTER_ADDR" not in os.environ:
-        nodes = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST", "localhost")
+        nodes = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get(
+            "SLURM_NODELIST", "localhost"
+        )
         os.environ["MASTER_ADDR"] = first_host(nodes)
 
 

@@ -1,9 +1,9 @@
 """Which samples each process reads, micro-batch after micro-batch, resumable at any step.
 
 Every epoch, torch's ``DistributedSampler`` shuffles the data set with ``seed + epoch`` and gives
-each process every ``world_size``-th sample (dropping the remainder, so no sample repeats). A process
-reads its share as one stream across epochs, ``micro_batch`` samples at a time; a micro-batch may
-straddle two epochs. So after ``s`` optimizer steps each process has read exactly
+each process every ``world_size``-th sample (dropping the remainder, so no sample repeats). A
+process reads its share as one stream across epochs, ``micro_batch`` samples at a time; a
+micro-batch may straddle two epochs. So after ``s`` optimizer steps each process has read exactly
 ``s · micro_batch · accumulation_steps`` samples of its stream: the position to resume from is a
 function of the step, and the global batch of a step is the same set of samples whatever the split
 into processes and accumulation steps.
@@ -30,8 +30,16 @@ class MicroBatchSampler(Sampler[list[int]]):
     """Yields this process's micro-batches (lists of dataset indices), starting at ``start``
     samples into its stream, ``count`` of them."""
 
-    def __init__(self, dataset_size: int, micro_batch: int, world_size: int, rank: int,
-                 seed: int, start: int, count: int) -> None:
+    def __init__(
+        self,
+        dataset_size: int,
+        micro_batch: int,
+        world_size: int,
+        rank: int,
+        seed: int,
+        start: int,
+        count: int,
+    ) -> None:
         if dataset_size < world_size:
             raise ValueError(f"{dataset_size} samples cannot be shared by {world_size} processes")
         self.dataset_size, self.micro_batch = dataset_size, micro_batch
@@ -43,8 +51,14 @@ class MicroBatchSampler(Sampler[list[int]]):
         return self.count
 
     def epoch_indices(self, epoch: int) -> list[int]:
-        sampler = DistributedSampler(_Length(self.dataset_size), num_replicas=self.world_size,
-                                     rank=self.rank, shuffle=True, seed=self.seed, drop_last=True)
+        sampler = DistributedSampler(
+            _Length(self.dataset_size),
+            num_replicas=self.world_size,
+            rank=self.rank,
+            shuffle=True,
+            seed=self.seed,
+            drop_last=True,
+        )
         sampler.set_epoch(epoch)
         return list(sampler)
 
@@ -57,5 +71,5 @@ class MicroBatchSampler(Sampler[list[int]]):
             epoch, offset = epoch + 1, 0
             while len(pending) >= self.micro_batch and produced < self.count:
                 yield pending[: self.micro_batch]
-                pending = pending[self.micro_batch:]
+                pending = pending[self.micro_batch :]
                 produced += 1

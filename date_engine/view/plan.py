@@ -1,4 +1,5 @@
-"""A plan, shown: rich tables of inputs, derived values, phases and the batch split, and the LR curve."""
+"""A plan, shown: rich tables of its inputs, derived values and phases, the batch split, the LR
+curve."""
 
 from __future__ import annotations
 
@@ -6,10 +7,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from date_engine.chart import Series, line_chart
-from date_engine.plan import Plan, fmt
+from date_engine.plan import BatchSplit, Plan, fmt
+from date_engine.view.chart import Series, line_chart
 
-__all__ = ["render_plan", "render_comparison", "scheme_name"]
+__all__ = ["describe_split", "render_comparison", "render_plan", "scheme_name"]
 
 
 def scheme_name(plan: Plan) -> str:
@@ -19,19 +20,26 @@ def scheme_name(plan: Plan) -> str:
     return f"{plan.scaling} scaling + {plan.warmup} warmup"
 
 
-def render_plan(plan: Plan, title: str, chart_width: int = 64) -> RenderableType:
-    """Everything ``date plan`` prints for one plan."""
+def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64) -> RenderableType:
+    """Everything ``date plan`` prints for one plan and its batch split."""
     parts: list[RenderableType] = [
         Text(title, style="bold"),
-        Text(f"{scheme_name(plan)}: batch {plan.baseline_batch} → {plan.target_batch} "
-             f"(k = {fmt(plan.scale)})"),
+        Text(
+            f"{scheme_name(plan)}: batch {plan.baseline_batch} → {plan.target_batch} "
+            f"(k = {fmt(plan.scale)})"
+        ),
         _inputs_table(plan),
         _derived_table(plan),
         _phases_table(plan),
-        _split_line(plan),
+        _split_line(split),
         Text("\nLearning rate per optimizer step", style="bold"),
-        line_chart([Series(scheme_name(plan), plan.lr, "cyan")], plan.total_iterations,
-                   width=chart_width, y_max=plan.peak_lr, y_format=_lr),
+        line_chart(
+            [Series(scheme_name(plan), plan.lr, "cyan")],
+            plan.total_iterations,
+            width=chart_width,
+            y_max=plan.peak_lr,
+            y_format=_lr,
+        ),
     ]
     return Group(*parts)
 
@@ -50,15 +58,23 @@ def render_comparison(plan: Plan, other: Plan, chart_width: int = 64) -> Rendera
         ("optimizer steps I", fmt(plan.total_iterations), fmt(other.total_iterations)),
         ("lr at step 1", _lr(plan.lr(1)), _lr(other.lr(1))),
         (f"lr at step {first_decay}", _lr(plan.lr(first_decay)), _lr(other.lr(first_decay))),
-        ("lr at the last step", _lr(plan.lr(plan.total_iterations)),
-         _lr(other.lr(other.total_iterations))),
+        (
+            "lr at the last step",
+            _lr(plan.lr(plan.total_iterations)),
+            _lr(other.lr(other.total_iterations)),
+        ),
     ]
     for row in rows:
         table.add_row(*row)
     chart = line_chart(
-        [Series(scheme_name(plan), plan.lr, "cyan"), Series(scheme_name(other), other.lr, "magenta")],
-        max(plan.total_iterations, other.total_iterations), width=chart_width,
-        y_max=max(plan.peak_lr, other.peak_lr), y_format=_lr,
+        [
+            Series(scheme_name(plan), plan.lr, "cyan"),
+            Series(scheme_name(other), other.lr, "magenta"),
+        ],
+        max(plan.total_iterations, other.total_iterations),
+        width=chart_width,
+        y_max=max(plan.peak_lr, other.peak_lr),
+        y_format=_lr,
     )
     return Group(table, chart)
 
@@ -76,7 +92,7 @@ def _derived_table(plan: Plan) -> Table:
     table = Table(title="Derived", title_justify="left")
     for col, style in (("symbol", ""), ("value", "bold"), ("formula", ""), ("why", "dim")):
         table.add_column(col, style=style)
-    for d in plan.derivations():
+    for d in plan.derivations:
         formula = Text(d.formula)
         formula.append(f"\n= {d.inputs}", style="dim")
         table.add_row(d.symbol, _value(d.name, d.value), formula, d.note)
@@ -89,8 +105,9 @@ def _phases_table(plan: Plan) -> Table:
         "decay": "η·(I − i)/(I − I_w)",
         "floor": "η̂",
     }
-    table = Table(title="Schedule phases (i = optimizer step, e = i·B/n epochs)",
-                  title_justify="left")
+    table = Table(
+        title="Schedule phases (i = optimizer step, e = i·B/n epochs)", title_justify="left"
+    )
     for col in ("phase", "steps", "epochs", "lr", "rule"):
         table.add_column(col)
     for p in plan.phases:
@@ -100,13 +117,18 @@ def _phases_table(plan: Plan) -> Table:
     return table
 
 
-def _split_line(plan: Plan) -> Text:
-    text = Text("Batch split: ", style="bold")
-    text.append(
-        f"{plan.target_batch} = {plan.micro_batch} (micro-batch) × {plan.world_size} "
-        f"(process{'es' if plan.world_size != 1 else ''}) × {plan.accumulation_steps} "
-        f"(accumulation step{'s' if plan.accumulation_steps != 1 else ''})"
+def describe_split(split: BatchSplit) -> str:
+    """``8192 = 256 (micro-batch) × 4 (processes) × 8 (accumulation steps)``."""
+    return (
+        f"{split.batch} = {split.micro_batch} (micro-batch) × {split.world_size} "
+        f"(process{'es' if split.world_size != 1 else ''}) × {split.accumulation_steps} "
+        f"(accumulation step{'s' if split.accumulation_steps != 1 else ''})"
     )
+
+
+def _split_line(split: BatchSplit) -> Text:
+    text = Text("Batch split: ", style="bold")
+    text.append(describe_split(split))
     return text
 
 

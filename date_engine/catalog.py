@@ -1,0 +1,114 @@
+"""The optimizer catalog: every base optimizer date_engine knows, in one torch-free table.
+
+One record per optimizer holds all that the rest of the code needs to know about it:
+
+- the spec (:mod:`date_engine.spec`) reads which options a name takes and their defaults;
+- the factory (:mod:`date_engine.optim.build`) reads which class to build and what the name fixes
+  (``nesterov`` is ``torch.optim.SGD`` with ``nesterov=True``);
+- :class:`~date_engine.optim.DATE` reads where its per-layer ratio enters the base's step;
+- the sweep's schemes read which optimizers bring their own trust ratio (LARS, LAMB).
+
+Classes are named as ``"module:Class"`` strings, imported only by :meth:`OptimizerEntry.load_class`,
+so that importing the catalog imports no torch.
+The defaults of DATE's layer-ratio rules (docs/algorithm.md §3) live here too.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+__all__ = ["CATALOG", "LAYER_RATIO_DEFAULTS", "Family", "OptimizerEntry", "Placement", "entry",
+           "spec_names"]
+
+Family = Literal["sgd", "adaptive", "layerwise"]
+"""sgd: the step is lr × (momentum of) the gradient; adaptive: the gradient is normalised per
+element by its running second moment; layerwise: the optimizer applies its own trust ratio."""
+
+Placement = Literal["gradient", "update"]
+"""Where DATE's ratio r_l enters the base's step (docs/algorithm.md §3): it scales the layer's
+gradient (SGD family, the LARS placement) or the base's update (adaptive: a scaled gradient would
+cancel inside their normalisation)."""
+
+
+@dataclass(frozen=True)
+class OptimizerEntry:
+    name: str
+    """The name a spec uses (``baseline.optimizer.name``)."""
+    family: Family
+    cls: str
+    """``module:Class`` of the optimizer built for this name."""
+    defaults: Mapping[str, Any]
+    """Every option the name accepts, with the default used when the spec is silent (torch's)."""
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    """Constructor arguments the name itself implies."""
+    in_spec: bool = True
+    """False for classes DATE knows how to wrap but a spec cannot name."""
+
+    def load_class(self) -> type:
+        """Import and return the class this record names (imports torch)."""
+        module, _, name = self.cls.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    @property
+    def placement(self) -> Placement | None:
+        """Where DATE's ratio enters; None for layerwise optimizers, which DATE does not wrap."""
+        return {"sgd": "gradient", "adaptive": "update", "layerwise": None}[self.family]
+
+
+def _entry(name: str, family: Family, cls: str, in_spec: bool = True,
+           fixed: Mapping[str, Any] | None = None, **defaults: Any) -> OptimizerEntry:
+    return OptimizerEntry(name, family, cls, MappingProxyType(defaults),
+                          MappingProxyType(dict(fixed or {})), in_spec)
+
+
+CATALOG: Mapping[str, OptimizerEntry] = MappingProxyType({e.name: e for e in (
+    _entry("sgd", "sgd", "torch.optim:SGD", weight_decay=0.0),
+    _entry("momentum", "sgd", "torch.optim:SGD", momentum=0.9, dampening=0.0, weight_decay=0.0),
+    _entry("nesterov", "sgd", "torch.optim:SGD", fixed={"nesterov": True}, momentum=0.9,
+           weight_decay=0.0),
+    _entry("adagrad", "adaptive", "torch.optim:Adagrad", lr_decay=0.0, weight_decay=0.0,
+           initial_accumulator_value=0.0, eps=1e-10),
+    _entry("rmsprop", "adaptive", "torch.optim:RMSprop", alpha=0.99, eps=1e-8, weight_decay=0.0,
+           momentum=0.0, centered=False),
+    _entry("adam", "adaptive", "torch.optim:Adam", betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+           amsgrad=False),
+    _entry("adamw", "adaptive", "torch.optim:AdamW", betas=(0.9, 0.999), eps=1e-8,
+           weight_decay=1e-2, amsgrad=False),
+    # the comparison optimizers of docs/algorithm.md §4: they adapt per layer themselves
+    _entry("lars", "layerwise", "date_engine.optim.lars:LARS", momentum=0.9, weight_decay=0.0),
+    _entry("lamb", "layerwise", "date_engine.optim.lamb:LAMB", betas=(0.9, 0.999), eps=1e-6,
+           weight_decay=0.0),
+    # torch's other adaptive optimizers: DATE wraps them (update placement); specs cannot name them
+    *(_entry(name.lower(), "adaptive", f"torch.optim:{name}", in_spec=False)
+      for name in ("Adamax", "NAdam", "RAdam", "Adadelta")),
+)})
+
+LAYER_RATIO_DEFAULTS: Mapping[str, Mapping[str, float]] = MappingProxyType(
+    {
+        # clamp(ρ/m, 1/γ, γ); γ = 8 chosen by experiment: docs/layer_ratios.md
+        "dynamic": MappingProxyType({"gamma": 8.0}),
+        # clamp(c·ρ, lower, upper): Algorithm 1 read literally, c being LARS's trust coefficient
+        "static": MappingProxyType({"trust_coefficient": 1e-3, "lower": 0.0, "upper": 10.0}),
+        "off": MappingProxyType({}),
+    }
+)
+"""Each layer-ratio mode's options and their defaults (docs/algorithm.md §3)."""
+
+
+def spec_names() -> tuple[str, ...]:
+    """The optimizer names a spec may use, in catalog order."""
+    return tuple(name for name, e in CATALOG.items() if e.in_spec)
+
+
+def entry(name: str) -> OptimizerEntry:
+    """The catalog record of ``name``; KeyError names the known ones."""
+    try:
+        return CATALOG[name]
+    except KeyError:
+        raise KeyError(
+            f"no optimizer {name!r} in the catalog; known: {', '.join(CATALOG)}"
+        ) from None

@@ -1,0 +1,258 @@
+"""A run folder: the files one ``date scale`` run writes, their names and formats, in one place.
+
+::
+
+    <run>/spec.yaml         the spec as validated, overrides applied      written before training
+    <run>/config.json       the command's options (RunConfig)             written before training
+    <run>/plan.json         the plan and batch split the run trains with  written before training
+    <run>/metrics.jsonl     one record per logged step or evaluation
+    <run>/tensorboard/      the same scalars, when tensorboard is installed
+    <run>/checkpoints/step-XXXXXXXX.pt
+    <run>/summary.json      how the run ended
+    <run>/FAILED.json       why it stopped, after a non-finite loss
+
+and, when ``date sweep`` started the run as one of its cells:
+
+    <run>/cell.yaml         the cell's spec, as the sweep wrote it
+    <run>/log.txt           everything the cell's ``date scale`` printed
+    <run>/RUNNING           the process id of that ``date scale``, while it runs
+
+The trainer writes and ``date sweep`` reads these only through this module. It imports no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from date_engine.plan import RunPlan
+
+__all__ = ["MetricsLog", "RunFolder", "RunSummary", "eval_record", "train_record"]
+
+_CHECKPOINT = re.compile(r"^step-(\d{8})\.pt$")
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """``summary.json``: how a run ended."""
+
+    recipe: str
+    steps: int
+    total_steps: int
+    stopped_by: str | None
+    """None when the run finished; else what stopped it: 'max-steps', 'SIGINT', 'SIGTERM'."""
+    metric_name: str
+    metric: float | None
+    wall_time_s: float
+    samples_per_s: float
+    checkpoint: str | None
+    plan: dict[str, Any]
+
+    @property
+    def finished(self) -> bool:
+        return self.stopped_by is None and self.steps == self.total_steps
+
+
+def train_record(step: int, epoch: float, lr: float, loss: float, grad_norm: float | None,
+                 samples_per_s: float, time_s: float, ratios: tuple[float, float, float] | None
+                 ) -> dict[str, Any]:
+    """A line of metrics.jsonl after a logged optimizer step. ``time_s`` is the run's training
+    time so far (evaluations left out, earlier attempts included); ``ratios`` the (min, median,
+    max) of DATE's layer ratios at the step."""
+    record: dict[str, Any] = {"step": step, "epoch": round(epoch, 6), "lr": lr, "loss": loss,
+                              "grad_norm": grad_norm, "samples_per_s": samples_per_s,
+                              "time_s": round(time_s, 3)}
+    if ratios is not None:
+        record.update(zip(("ratio_min", "ratio_median", "ratio_max"), ratios))
+    return record
+
+
+def eval_record(step: int, metrics: dict[str, float], time_s: float) -> dict[str, Any]:
+    """A line of metrics.jsonl after an evaluation."""
+    return {"step": step, "eval": metrics, "time_s": round(time_s, 3)}
+
+
+class RunFolder:
+    """The files of one run, under ``root``."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.root)!r})"
+
+    # ------------------------------------------------------------------ paths
+
+    @property
+    def spec_path(self) -> Path:
+        return self.root / "spec.yaml"
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.json"
+
+    @property
+    def plan_path(self) -> Path:
+        return self.root / "plan.json"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.root / "tensorboard"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def failure_path(self) -> Path:
+        return self.root / "FAILED.json"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def cell_spec_path(self) -> Path:
+        return self.root / "cell.yaml"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "log.txt"
+
+    @property
+    def running_path(self) -> Path:
+        return self.root / "RUNNING"
+
+    def checkpoint_path(self, step: int) -> Path:
+        return self.checkpoint_dir / f"step-{step:08d}.pt"
+
+    def checkpoints(self) -> list[Path]:
+        """The checkpoint files, newest step first."""
+        if not self.checkpoint_dir.is_dir():
+            return []
+        found = [(int(m.group(1)), p) for p in self.checkpoint_dir.iterdir()
+                 if (m := _CHECKPOINT.match(p.name))]
+        return [p for _, p in sorted(found, reverse=True)]
+
+    # ------------------------------------------------------------------ the run's record
+
+    def write_record(self, spec: dict[str, Any], config_json: str, run_plan: RunPlan) -> None:
+        """spec.yaml, config.json and plan.json: what the run was asked and what it trains with."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        self.write_config(config_json)
+        self.plan_path.write_text(json.dumps(run_plan.to_dict(), indent=2))
+
+    def write_config(self, config_json: str) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(config_json)
+        return self.config_path
+
+    def read_plan(self) -> RunPlan | None:
+        data = _json(self.plan_path)
+        try:
+            return RunPlan.from_dict(data) if data else None
+        except (KeyError, TypeError):  # a plan.json of another version
+            return None
+
+    def write_summary(self, summary: RunSummary) -> None:
+        self.summary_path.write_text(json.dumps(asdict(summary), indent=2))
+
+    def read_summary(self) -> RunSummary | None:
+        """summary.json, or None when there is none (or one this version cannot read)."""
+        data = _json(self.summary_path)
+        names = {f.name for f in fields(RunSummary)}
+        try:
+            return RunSummary(**{k: v for k, v in data.items() if k in names})
+        except (AttributeError, TypeError):
+            return None
+
+    def write_failure(self, message: str, exit_code: int, step: int, run_id: str | None) -> None:
+        self.failure_path.write_text(json.dumps(
+            {"message": message, "exit_code": exit_code, "step": step, "run_id": run_id}))
+
+    def read_failure(self) -> dict[str, Any] | None:
+        """What FAILED.json says (message, exit_code, step, run_id), or None."""
+        return _json(self.failure_path)
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """Every record of metrics.jsonl; a line cut short by a kill is skipped."""
+        try:
+            text = self.metrics_path.read_text()
+        except OSError:
+            return []
+        records = []
+        for line in text.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "step" in record:
+                records.append(record)
+        return records
+
+
+class MetricsLog:
+    """Appends records to a run's ``metrics.jsonl``, and the same scalars to TensorBoard event
+    files when the ``tensorboard`` package is installed.
+
+    On resume, records after the checkpoint's step (written by the interrupted run after it saved)
+    are dropped, so the file reads as one uninterrupted run.
+    """
+
+    def __init__(self, folder: RunFolder, resume_step: int | None = None) -> None:
+        self.path = folder.metrics_path
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step is None:
+            self.path.write_text("")
+        elif self.path.exists():
+            kept = [r for r in folder.read_metrics() if r["step"] <= resume_step]
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        self._file = open(self.path, "a")  # noqa: SIM115 - open for the run, closed by close()
+        self._tb = _tensorboard(folder.tensorboard_dir)
+
+    @property
+    def tensorboard(self) -> bool:
+        """True when the scalars also go to TensorBoard."""
+        return self._tb is not None
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            step = record["step"]
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self._tb.add_scalar(key, value, step)
+            for key, value in (record.get("eval") or {}).items():
+                self._tb.add_scalar(f"eval/{key}", value, step)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _tensorboard(folder: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard is optional
+        return None
+    return SummaryWriter(str(folder))
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

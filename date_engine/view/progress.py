@@ -1,0 +1,75 @@
+"""What a training run shows while it trains and when it ends: the progress bar (or a plain line
+per logged step when output is not a terminal) and the summary table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from date_engine.plan import BatchSplit, Plan
+from date_engine.runfolder import RunSummary
+
+__all__ = ["ProgressView", "render_summary"]
+
+
+class ProgressView:
+    """A rich progress bar on a terminal (step, epoch, loss, lr, samples/s, ETA); elsewhere (logs,
+    CI) one plain line per logged step."""
+
+    def __init__(self, console: Console, total_steps: int, start_step: int) -> None:
+        self.console = console
+        self.live = console.is_terminal
+        self.fields = {"epoch": 0.0, "loss": float("nan"), "lr": 0.0, "rate": 0.0}
+        if self.live:
+            self.progress = Progress(
+                TextColumn("step {task.completed}/{task.total}"),
+                BarColumn(),
+                TaskProgressColumn(),
+                TextColumn("epoch {task.fields[epoch]:.2f}  loss {task.fields[loss]:.4g}  "
+                           "lr {task.fields[lr]:.3g}  {task.fields[rate]:.0f} samples/s"),
+                TimeRemainingColumn(),
+                console=console,
+            )
+            self.task = self.progress.add_task("train", total=total_steps, completed=start_step,
+                                               **self.fields)
+            self.progress.start()
+
+    def step(self, step: int, **fields: float) -> None:
+        self.fields.update(fields)
+        if self.live:
+            self.progress.update(self.task, completed=step, **self.fields)
+
+    def logged(self, record: dict[str, Any]) -> None:
+        self.step(record["step"], loss=record["loss"], rate=record["samples_per_s"])
+        if not self.live:
+            self.console.print(
+                f"step {record['step']}  epoch {record['epoch']:.2f}  loss {record['loss']:.4g}  "
+                f"lr {record['lr']:.3g}  {record['samples_per_s']:.0f} samples/s", highlight=False)
+
+    def close(self) -> None:
+        if self.live:
+            self.progress.stop()
+
+
+def render_summary(summary: RunSummary, plan: Plan, split: BatchSplit) -> Table:
+    """The table a run prints when it ends."""
+    table = Table(title="Summary", title_justify="left", show_header=False)
+    metric = "—" if summary.metric is None else f"{summary.metric:.4g}"
+    warmup = f"{plan.warmup_epochs:g} epoch{'' if plan.warmup_epochs == 1 else 's'}"
+    rows = [
+        ("recipe", summary.recipe),
+        ("steps", f"{summary.steps} of {summary.total_steps}"
+                  + (f" (stopped by {summary.stopped_by})" if summary.stopped_by else "")),
+        (summary.metric_name, metric),
+        ("wall time", f"{summary.wall_time_s:.1f} s"),
+        ("samples/s", f"{summary.samples_per_s:.0f}"),
+        ("plan", f"batch {split.batch} = {split.micro_batch} × {split.world_size} × "
+                 f"{split.accumulation_steps}, peak lr {plan.peak_lr:.4g}, warmup {warmup}"),
+        ("checkpoint", summary.checkpoint or "—"),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    return table

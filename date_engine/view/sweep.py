@@ -1,0 +1,203 @@
+"""A sweep, shown: the live table of its cells while it trains, and its report.md."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.console import Group as RenderGroup
+from rich.live import Live
+from rich.table import Table
+
+from date_engine.sweep.results import CellResult, Group, SweepSummary
+from date_engine.sweep.schemes import BASELINE, SCHEMES
+from date_engine.view.plots import FIGURES
+
+if TYPE_CHECKING:
+    from date_engine.sweep.runner import CellRun
+
+__all__ = ["SweepProgress", "report_markdown"]
+
+
+def report_markdown(summary: SweepSummary, settings: dict[str, Any], schemes: list[str],
+                    figures: dict[str, bool | str]) -> str:
+    """report.md of a sweep: verdicts, the results table, the schemes, the figures."""
+    lines = [f"# date sweep: {settings.get('recipe') or ''} ({settings['spec']})", "",
+             f"Command: `{settings['command']}`", "",
+             f"Machine: {settings.get('machine', 'not recorded')}. Cells ran {settings['jobs']} "
+             f"at a time, {settings['nproc']} process(es) each, {settings.get('threads', '?')} "
+             "thread(s) per process. Times are training seconds (evaluations left out), measured "
+             "on this machine.", ""]
+    lines += _verdicts(summary, schemes) + _results(summary) + _schemes(summary, settings, schemes)
+    lines += ["", "## Figures", ""]
+    for name, caption in FIGURES.items():
+        state = figures.get(name)
+        if state is True:
+            lines += [f"![{caption}]({name})", "", f"*{caption}*", ""]
+        elif state:
+            lines += [f"- {name}: {state}", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _verdicts(summary: SweepSummary, schemes: list[str]) -> list[str]:
+    base = summary.baseline
+    if base is None or base.mean is None:
+        return ["The baseline cells have not finished; no comparison yet.", ""]
+    better = "higher" if summary.higher_is_better else "lower"
+    lines = [f"Baseline: batch {base.batch}, {summary.metric_name} {_ms(base)} over "
+             f"{len(base.results)} seed(s), {base.steps} steps. Metric: {summary.metric_name}, "
+             f"{better} is better. Tolerance: {summary.tolerance}, so the target is "
+             f"{summary.metric_name} {'≥' if summary.higher_is_better else '≤'} "
+             f"{summary.target:.4g}.", "", "## Verdict", ""]
+    return lines + [f"- **{s}**: {v}." for s, v in summary.verdicts(schemes).items()] + [""]
+
+
+def _results(summary: SweepSummary) -> list[str]:
+    base = summary.baseline
+    lines = ["## Results", "",
+             "| batch | k | scheme | peak LR | warmup epochs | steps | "
+             f"{summary.metric_name} (mean ± sd, n) | Δ vs baseline | holds | steps to target | "
+             "time to target (s) | speedup | training time (s) |",
+             "|---:|---:|---|---:|---:|---:|---|---:|:-:|---:|---:|---:|---:|"]
+    lines += [_row(g, base) for g in ([base] if base else []) + summary.groups]
+    grids = [g for g in summary.groups if g.tried]
+    if grids:
+        lines += ["", "LR grid (mean final metric per LR; — where a seed diverged or did not "
+                  "finish):", ""]
+        for g in grids:
+            tried = ", ".join(f"{lr:g}: {'—' if v is None else f'{v:.4g}'}"
+                              for lr, v in g.tried.items())
+            lines.append(f"- {g.scheme} at {g.batch}: {tried}; kept {g.grid_lr:g}")
+    return lines
+
+
+def _schemes(summary: SweepSummary, settings: dict[str, Any], schemes: list[str]) -> list[str]:
+    base = summary.baseline
+    lines = ["", "## Schemes", "",
+             f"- **baseline**: the spec as written at batch {base.batch if base else '?'}, "
+             "per-layer ratios off (the small-batch run the user already has)."]
+    lines += [f"- **{s}**: {SCHEMES[s].summary}." for s in schemes]
+    if settings.get("lr_grid") and any(SCHEMES[s].uses_grid for s in schemes):
+        lines.append(f"- LR grid: {', '.join(f'{v:g}' for v in settings['lr_grid'])}.")
+    lines += ["", "Every cell trains for the baseline's epochs; each is evaluated "
+              f"{settings['evals']} times, evenly spaced, and time-to-target is read at the first "
+              "evaluation that reaches the target (so it is resolved to a tenth of a run at the "
+              "default 10 evaluations). Speedup = the baseline's time to the target / the cell's. "
+              "Training time: the whole run's, the same epochs at every batch. Per-cell numbers: "
+              "`results.csv`; everything: `results.json`."]
+    return lines
+
+
+def _ms(g: Group) -> str:
+    if g.mean is None:
+        return "—"
+    if len(g.results) == 1:
+        return f"{g.mean:.4g} (1)"
+    return f"{g.mean:.4g} ± {g.std:.2g} ({len(g.results)})"
+
+
+def _row(g: Group, base: Group | None) -> str:
+    first = g.results[0]
+    k = g.batch / base.batch if base else math.nan
+    lr = "" if first.peak_lr is None else f"{first.peak_lr:.4g}"
+    warm = "" if first.warmup_epochs is None else f"{first.warmup_epochs:.3g}"
+    status = {r.status for r in g.results}
+    if g.mean is not None:
+        metric = _ms(g)
+    elif "diverged" in status:
+        metric = "diverged"
+    else:
+        metric = f"({', '.join(sorted(status))})"
+    delta = "" if g.delta is None else f"{g.delta:+.3g}"
+    holds = {True: "✓", False: "✗", None: ""}[g.holds] if g.scheme != BASELINE else ""
+    to_steps = "" if g.steps_to_target is None else f"{g.steps_to_target:.0f}"
+    if g.time_to_target_s is None:
+        to_time = (
+            f"not reached ({g.reached}/{len(g.results)})"
+            if g.complete and g.mean is not None
+            else ""
+        )
+    else:
+        to_time = f"{g.time_to_target_s:.1f}"
+    speed = (
+        "1"
+        if g.scheme == BASELINE and g.time_to_target_s
+        else ("" if g.speedup is None else f"{g.speedup:.2f}×")
+    )
+    name = g.scheme + (f" (lr {g.grid_lr:g})" if g.grid_lr is not None else "")
+    train = "" if g.train_s is None else f"{g.train_s:.0f}"
+    return (
+        f"| {g.batch} | {k:g} | {name} | {lr} | {warm} | {g.steps} | {metric} | {delta} | "
+        f"{holds} | {to_steps} | {to_time} | {speed} | {train} |"
+    )
+
+
+class SweepProgress:
+    """A table of the cells, redrawn in place on a terminal; elsewhere a line per finished cell."""
+
+    def __init__(self, console: Console, runs: list[CellRun], results: dict) -> None:
+        self.console, self.runs, self.results = console, runs, results
+        self.live = (
+            Live(console=console, auto_refresh=False, transient=False)
+            if console.is_terminal
+            else None
+        )
+        self._said: set = set()
+
+    def __enter__(self) -> SweepProgress:
+        if self.live is not None:
+            self.live.__enter__()
+            self.update()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live is not None:
+            self.update()
+            self.live.__exit__(*exc)
+
+    def update(self) -> None:
+        if self.live is not None:
+            self.live.update(RenderGroup(self.table()), refresh=True)
+            return
+        for run in self.runs:  # plain output: one line per cell as it ends
+            result = self.results[run.planned.cell]
+            if (
+                result.status in ("done", "diverged", "failed")
+                and run.planned.cell not in self._said
+            ):
+                self._said.add(run.planned.cell)
+                self.console.print(_line(result), soft_wrap=True, highlight=False)
+
+    def table(self) -> Table:
+        table = Table(title="date sweep", title_justify="left")
+        for col in ("cell", "status", "step", "metric", "loss", "train s"):
+            table.add_column(col, justify="left" if col in ("cell", "status") else "right")
+        for run in self.runs:
+            r = self.results[run.planned.cell]
+            metric = r.metric if r.metric is not None else (r.evals[-1][2] if r.evals else None)
+            table.add_row(
+                run.planned.cell.name,
+                _status(r.status),
+                f"{r.steps}/{r.total_steps or run.planned.run_plan.plan.total_iterations}",
+                "" if metric is None else f"{metric:.4g}",
+                f"{r.losses[-1][1]:.4g}" if r.losses else "",
+                "" if r.train_s is None else f"{r.train_s:.0f}",
+            )
+        return table
+
+
+def _status(status: str) -> str:
+    return {
+        "done": "[green]done[/]",
+        "running": "[cyan]running[/]",
+        "diverged": "[red]diverged[/]",
+        "failed": "[red]failed[/]",
+        "partial": "[yellow]partial[/]",
+    }.get(status, status)
+
+
+def _line(r: CellResult) -> str:
+    metric = "—" if r.metric is None else f"{r.metric:.4g}"
+    seconds = "" if r.train_s is None else f", {r.train_s:.0f} s"
+    return f"{r.cell.name}: {r.status}, metric {metric}, {r.steps} steps{seconds}"

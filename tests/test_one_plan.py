@@ -1,0 +1,115 @@
+"""One derivation, one truth: what `date plan` prints is what `date scale` and every sweep cell run.
+
+For every shipped recipe, at B0, 8·B0 and the largest batch its plan allows, on 1 and 2 processes:
+`date plan --json`, the plan a sweep derives for its cell (and `date plan` of the cell's own spec),
+and — at B0, where every recipe is dry-run anyway — `date scale --dry-run --json` through the real
+worker (torchrun for 2 processes) print the same document, batch split included.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from date_engine import PlanError, load_spec, resolve_plan
+from date_engine.cli import app
+from date_engine.recipes import get_recipe
+from date_engine.sweep import SweepOptions, Tolerance, parse_schemes, plan_sweep
+from date_engine.sweep.runner import prepare_cell
+from tests.conftest import RECIPES
+from tests.test_scale import date
+
+SHIPPED = sorted(RECIPES.glob("*.yaml"))
+runner = CliRunner()
+
+
+def plan_json(*args) -> dict:
+    result = runner.invoke(app, ["plan", *map(str, args), "--json"], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def largest_batch(path, nproc: int) -> int:
+    """The largest batch the recipe's plan accepts on ``nproc`` processes."""
+    spec = load_spec(path)
+    recipe = get_recipe(spec.recipe)
+    plan = resolve_plan(spec, spec.baseline.batch_size, recipe=recipe).plan
+    batch = min(plan.dataset_size, plan.max_legw_batch or plan.dataset_size)
+    batch -= batch % nproc
+    while True:
+        try:
+            resolve_plan(spec, batch, nproc, recipe=recipe)
+            return batch
+        except PlanError:
+            batch -= nproc
+
+
+def batches(path, nproc: int) -> list[int]:
+    b0 = load_spec(path).baseline.batch_size
+    return [b0, 8 * b0, largest_batch(path, nproc)]
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_plan_and_sweep_cells_agree(path, nproc, tmp_path):
+    spec = load_spec(path)
+    recipe = get_recipe(spec.recipe)
+    for batch in batches(path, nproc):
+        shown = plan_json(path, "--batch", batch, "--nproc", nproc)
+        assert shown["target_batch"] == batch
+        assert shown["micro_batch"] * shown["world_size"] * shown["accumulation_steps"] == batch
+        assert shown["world_size"] == nproc
+        options = SweepOptions(
+            batches=[batch],
+            schemes=parse_schemes("date"),
+            nproc=nproc,
+            tolerance=Tolerance.parse("1%"),
+        )
+        cells = plan_sweep(spec, options, recipe)
+        cell = (
+            next(c for c in cells if c.cell.batch == batch and c.cell.scheme != "baseline")
+            if batch != spec.baseline.batch_size
+            else cells[0]
+        )
+        planned = cell.run_plan.to_dict()
+        # the cell's `date scale` reads its cell.yaml: `date plan` of that file is the cell's plan
+        folder = prepare_cell(tmp_path / f"B{batch}", cell)
+        assert plan_json(folder.cell_spec_path, "--batch", batch, "--nproc", nproc) == planned
+        if (
+            cell.cell.scheme == "date"
+        ):  # the recipes scale as DATE does: the same plan as the spec's
+            assert planned == shown
+        else:  # the baseline cell runs without per-layer ratios; everything else is the spec's
+            assert planned["optimizer"]["layer_ratio"] == {"mode": "off"}
+            assert {k: v for k, v in planned.items() if k != "optimizer"} == {
+                k: v for k, v in shown.items() if k != "optimizer"
+            }
+
+
+def test_the_batch_split_is_the_recipes_fitted_default():
+    """The bug this file guards against: `date plan` split 512 as 512 × 1 × 1 while `date scale`
+    ran 256 × 1 × 2 (lenet-digits' micro-batch is 256)."""
+    shown = plan_json(RECIPES / "lenet-digits.yaml", "--batch", 512)
+    assert (shown["micro_batch"], shown["world_size"], shown["accumulation_steps"]) == (256, 1, 2)
+    odd = plan_json(RECIPES / "lenet-digits.yaml", "--batch", 480, "--nproc", 2)
+    assert (odd["micro_batch"], odd["accumulation_steps"]) == (240, 1)  # 240 divides 240, ≤ 256
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_dry_run_trains_the_plan_date_plan_prints(path, nproc, tmp_path):
+    """CI's dry run of every shipped recipe: the plan at the real batch, then 2 tiny steps through
+    the real worker; its plan.json is `date plan --json`'s document, and nothing is left behind."""
+    batch = load_spec(path).baseline.batch_size
+    out = tmp_path / "out"
+    result = date(
+        "scale", path, "--batch", batch, "--nproc", nproc, "--dry-run", "--json", "-o", out
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    record = json.loads(result.stdout)
+    assert record["plan"] == plan_json(path, "--batch", batch, "--nproc", nproc)
+    assert record["summary"]["steps"] == record["summary"]["total_steps"] == 2
+    assert "dry run" in result.stderr and f"2 × {nproc} × 2" in result.stderr
+    assert not out.exists()
