@@ -113,3 +113,15 @@ def test_dry_run_trains_the_plan_date_plan_prints(path, nproc, tmp_path):
     assert record["summary"]["steps"] == record["summary"]["total_steps"] == 2
     assert "dry run" in result.stderr and f"2 × {nproc} × 2" in result.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_dry_runs_at_larger_batches_train_the_printed_plan(nproc, tmp_path):
+    """The same at 8·B0 and at the largest batch the plan allows, on the recipe that dry-runs in
+    seconds (its real data ships with scikit-learn, so n comes from the data, as in real runs)."""
+    path = RECIPES / "lenet-digits.yaml"
+    for batch in batches(path, nproc)[1:]:
+        result = date("scale", path, "--batch", batch, "--nproc", nproc, "--dry-run", "--json")
+        assert result.returncode == 0, result.stdout + result.stderr
+        shown = plan_json(path, "--batch", batch, "--nproc", nproc)
+        assert json.loads(result.stdout)["plan"] == shown
