@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-__all__ = ["CATALOG", "LAYER_RATIO_DEFAULTS", "Family", "OptimizerEntry", "Placement", "entry",
-           "spec_names"]
+__all__ = ["CATALOG", "LAYER_RATIO_DEFAULTS", "BatchRule", "Family", "OptimizerEntry", "Placement",
+           "entry", "spec_names"]
 
 Family = Literal["sgd", "adaptive", "layerwise"]
 """sgd: the step is lr × (momentum of) the gradient; adaptive: the gradient is normalised per
@@ -32,6 +32,25 @@ Placement = Literal["gradient", "update"]
 """Where DATE's ratio r_l enters the base's step (docs/algorithm.md §3): it scales the layer's
 gradient (SGD family, the LARS placement) or the base's update (adaptive: a scaled gradient would
 cancel inside their normalisation)."""
+
+
+@dataclass(frozen=True)
+class BatchRule:
+    """How the default rule (``date.rule: date``) scales an optimizer family's hyper-parameters
+    with k = B/B0 (docs/algorithm.md §6). The paper's rule (``date.rule: paper``) uses none of
+    it."""
+
+    lr_exponent: float
+    """η = k^p · η0."""
+    lr_reason: str
+    """Why p, in one line, with the source."""
+    second_moment: str | None = None
+    """The option holding the second-moment decay β2, run at β2^k (the same half-life in samples):
+    ``alpha`` (RMSprop) or ``betas`` (its second entry: Adam, AdamW, LAMB); None if none."""
+    scale_eps: bool = False
+    """ε → ε/√k (the SDE scaling rule of adaptive methods)."""
+    decoupled_decay: bool = False
+    """λ → λ·k^(1−p): AdamW's decoupled weight decay keeps its timescale in epochs."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +66,8 @@ class OptimizerEntry:
     """Constructor arguments the name itself implies."""
     in_spec: bool = True
     """False for classes DATE knows how to wrap but a spec cannot name."""
+    batch_rule: BatchRule | None = None
+    """How the default rule scales this optimizer's hyper-parameters with the batch."""
 
     def load_class(self) -> type:
         """Import and return the class this record names (imports torch)."""
@@ -59,28 +80,49 @@ class OptimizerEntry:
         return {"sgd": "gradient", "adaptive": "update", "layerwise": None}[self.family]
 
 
+# The default rule per family, decided by the studies of docs/results.md (§ "Rules per optimizer
+# family"); each reason names its evidence.
+SGD_RULE = BatchRule(
+    1.0, "linear scaling: SGD's noise-dominated SDE (Goyal et al. 2017; Malladi et al. 2022)")
+ADAPTIVE_RULE = BatchRule(
+    0.75, "between the SDE's √k and the k a sign-like step needs in k× fewer steps "
+    "(measured: docs/results.md)", second_moment="alpha", scale_eps=True)
+ADAGRAD_RULE = BatchRule(
+    0.0, "AdaGrad's accumulator already grows its step as steps get fewer (measured: "
+    "docs/results.md)")
+
+
 def _entry(name: str, family: Family, cls: str, in_spec: bool = True,
-           fixed: Mapping[str, Any] | None = None, **defaults: Any) -> OptimizerEntry:
+           fixed: Mapping[str, Any] | None = None, rule: BatchRule | None = None,
+           **defaults: Any) -> OptimizerEntry:
     return OptimizerEntry(name, family, cls, MappingProxyType(defaults),
-                          MappingProxyType(dict(fixed or {})), in_spec)
+                          MappingProxyType(dict(fixed or {})), in_spec, rule)
+
+
+def _with(rule: BatchRule, **changes: Any) -> BatchRule:
+    return replace(rule, **changes)
 
 
 CATALOG: Mapping[str, OptimizerEntry] = MappingProxyType({e.name: e for e in (
-    _entry("sgd", "sgd", "torch.optim:SGD", weight_decay=0.0),
-    _entry("momentum", "sgd", "torch.optim:SGD", momentum=0.9, dampening=0.0, weight_decay=0.0),
-    _entry("nesterov", "sgd", "torch.optim:SGD", fixed={"nesterov": True}, momentum=0.9,
+    _entry("sgd", "sgd", "torch.optim:SGD", rule=SGD_RULE, weight_decay=0.0),
+    _entry("momentum", "sgd", "torch.optim:SGD", rule=SGD_RULE, momentum=0.9, dampening=0.0,
            weight_decay=0.0),
-    _entry("adagrad", "adaptive", "torch.optim:Adagrad", lr_decay=0.0, weight_decay=0.0,
-           initial_accumulator_value=0.0, eps=1e-10),
-    _entry("rmsprop", "adaptive", "torch.optim:RMSprop", alpha=0.99, eps=1e-8, weight_decay=0.0,
-           momentum=0.0, centered=False),
-    _entry("adam", "adaptive", "torch.optim:Adam", betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-           amsgrad=False),
-    _entry("adamw", "adaptive", "torch.optim:AdamW", betas=(0.9, 0.999), eps=1e-8,
-           weight_decay=1e-2, amsgrad=False),
+    _entry("nesterov", "sgd", "torch.optim:SGD", fixed={"nesterov": True}, rule=SGD_RULE,
+           momentum=0.9, weight_decay=0.0),
+    _entry("adagrad", "adaptive", "torch.optim:Adagrad", rule=ADAGRAD_RULE, lr_decay=0.0,
+           weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10),
+    _entry("rmsprop", "adaptive", "torch.optim:RMSprop", rule=ADAPTIVE_RULE, alpha=0.99, eps=1e-8,
+           weight_decay=0.0, momentum=0.0, centered=False),
+    _entry("adam", "adaptive", "torch.optim:Adam", rule=_with(ADAPTIVE_RULE, second_moment="betas"),
+           betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False),
+    _entry("adamw", "adaptive", "torch.optim:AdamW",
+           rule=_with(ADAPTIVE_RULE, second_moment="betas", decoupled_decay=True),
+           betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False),
     # the comparison optimizers of docs/algorithm.md §4: they adapt per layer themselves
-    _entry("lars", "layerwise", "date_engine.optim.lars:LARS", momentum=0.9, weight_decay=0.0),
-    _entry("lamb", "layerwise", "date_engine.optim.lamb:LAMB", betas=(0.9, 0.999), eps=1e-6,
+    _entry("lars", "layerwise", "date_engine.optim.lars:LARS", rule=SGD_RULE, momentum=0.9,
+           weight_decay=0.0),
+    _entry("lamb", "layerwise", "date_engine.optim.lamb:LAMB",
+           rule=_with(ADAPTIVE_RULE, second_moment="betas"), betas=(0.9, 0.999), eps=1e-6,
            weight_decay=0.0),
     # torch's other adaptive optimizers: DATE wraps them (update placement); specs cannot name them
     *(_entry(name.lower(), "adaptive", f"torch.optim:{name}", in_spec=False)

@@ -61,7 +61,8 @@ PlanJsonOpt = Annotated[bool, typer.Option("--json", help="Print the plan as one
 PlotOpt = Annotated[Optional[Path], typer.Option(
     "--plot", help="Also draw the LR curve into this PNG.", show_default=False)]
 CompareOpt = Annotated[bool, typer.Option(
-    "--compare", help="Show beside it linear scaling + constant warmup (Goyal et al.).")]
+    "--compare", help="Show beside it the other rule (the paper's, or DATE's default) and linear "
+    "scaling + constant warmup (Goyal et al.).")]
 
 
 @app.command("plan")
@@ -77,21 +78,24 @@ def plan_command(spec_path: SpecArg, batch: BatchOpt, nproc: NprocOpt = 1,
         spec = load_spec(spec_path, overrides or ())
         recipe = _known_recipe(spec)
         planned = resolve_plan(spec, batch, nproc, micro_batch, recipe)
-        other = resolve_plan(scheme_spec(spec, SCHEMES["linear"]), batch, nproc, micro_batch,
-                             recipe).plan if compare else None
+        others = {}
+        if compare:  # the other rule, and what most people do today
+            for name in ("paper" if spec.date.rule == "date" else "date", "linear"):
+                scheme = scheme_spec(spec, SCHEMES[name])
+                others[name] = resolve_plan(scheme, batch, nproc, micro_batch, recipe).plan
         if plot is not None:
             from date_engine.view.plan import scheme_name
             from date_engine.view.plots import save_lr_plot
 
-            plans = [planned.plan] + ([other] if other else [])
-            save_lr_plot(plot, [(scheme_name(p), p) for p in plans])
+            curves = [(scheme_name(planned.plan), planned.plan), *others.items()]
+            save_lr_plot(plot, curves)
         if as_json:
             document = planned.to_dict()
-            if other is not None:
-                document["compare"] = other.to_dict()
+            if others:
+                document["compare"] = {name: p.to_dict() for name, p in others.items()}
             print(json.dumps(document, indent=2))
         else:
-            _print_plan(spec_path, spec, planned, other)
+            _print_plan(spec_path, spec, planned, others)
         if plot is not None:
             Console(stderr=True).print(f"LR curve written to {plot}")
 
@@ -108,16 +112,16 @@ def _known_recipe(spec: Spec):
         return None
 
 
-def _print_plan(path: Path, spec: Spec, planned, other) -> None:
+def _print_plan(path: Path, spec: Spec, planned, others) -> None:
     from date_engine.view.plan import render_comparison, render_plan
 
     console = Console(highlight=False)
     width = max(32, min(console.width - 14, 90))
     title = f"DATE plan for {path}" + (f" (recipe {spec.recipe})" if spec.recipe else "")
     console.print(render_plan(planned.plan, planned.split, title, chart_width=width))
-    if other is not None:
+    if others:
         console.print()
-        console.print(render_comparison(planned.plan, other, chart_width=width))
+        console.print(render_comparison(planned.plan, others, chart_width=width))
 
 
 def _option(*names: str, help: str, **kwargs) -> typer.models.OptionInfo:

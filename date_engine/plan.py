@@ -4,7 +4,8 @@
 frozen :class:`Plan` (Algorithm 1 of You et al., SC'19, as read in docs/algorithm.md §2)::
 
     k   = B / B0                      scale
-    η   = √k·η0 | k·η0 | η0           peak LR (sqrt | linear | none scaling)
+    η   = k^p·η0                      peak LR: p = ½ (the paper's sqrt), 1 (linear), 0 (none), or
+                                      the optimizer family's p (the default rule, §6)
     w   = k·w0  | w0                  warmup epochs (legw | constant)
     I_w = w·n/B                       warmup iterations (constant under LEGW)
     I   = ceil(B0·I0 / B)             optimizer steps
@@ -26,11 +27,11 @@ plan``, ``date scale`` (dry runs included) and every ``date sweep`` cell call it
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from date_engine.catalog import entry
 from date_engine.errors import PlanError
 from date_engine.spec import Spec
 
@@ -118,7 +119,12 @@ class Plan:
     """I0 (given, or ceil(E·n/B0) from the baseline's epochs)."""
     baseline_epochs: float | None
     """E as the spec gave it, or None when the spec gave I0."""
-    scaling: Literal["sqrt", "linear", "none"]
+    rule: Literal["date", "paper"]
+    """date: the rules per optimizer family (docs/algorithm.md §6); paper: as printed in SC'19."""
+    scaling: Literal["sqrt", "linear", "none", "power"]
+    """How η grows with k: √k, k, not at all, or k^p with p the optimizer family's exponent."""
+    lr_exponent: float
+    """p in η = k^p·η0 (0.5 for sqrt, 1 for linear, 0 for none)."""
     warmup: Literal["legw", "constant"]
     warmup_shape: Literal["linear", "quadratic"]
     scale: float
@@ -260,22 +266,59 @@ class _Ledger:
         return value
 
 
-# Peak-LR rules: (k, η0) -> (η, formula, inputs, why). The value and its formula side by side.
-_PEAK_LR: dict[str, Callable[[float, float], tuple[float, str, str, str]]] = {
-    "sqrt": lambda k, eta0: (
-        math.sqrt(k) * eta0,
-        "√k · η0",
-        f"√{fmt(k)} · {eta0:.5g}",
-        "sqrt scaling",
-    ),
-    "linear": lambda k, eta0: (
-        k * eta0,
-        "k · η0",
-        f"{fmt(k)} · {eta0:.5g}",
-        "linear scaling (Goyal et al.)",
-    ),
-    "none": lambda k, eta0: (eta0, "η0", f"{eta0:.5g}", "no scaling"),
-}
+_NAMED_EXPONENTS = {"sqrt": 0.5, "linear": 1.0, "none": 0.0}
+_NAMED_REASONS = {"sqrt": "sqrt scaling (the paper)", "linear": "linear scaling (Goyal et al.)",
+                  "none": "no scaling"}
+
+
+def _peak_lr(d: _Ledger, spec: Spec, k: float) -> tuple[str, float, float]:
+    """η: the spec's ``date.scaling`` if it names one, else the rule's — √k for the paper's, k^p
+    with the optimizer family's p for the default rule. Returns (scaling, p, η)."""
+    eta0, date = spec.baseline.lr, spec.date
+    scaling = date.scaling or ("sqrt" if date.rule == "paper" else "power")
+    if scaling == "power":
+        rule = entry(spec.baseline.optimizer.name).batch_rule
+        p = rule.lr_exponent
+        peak = d("η", "peak_lr", k**p * eta0, f"k^{p:g} · η0", f"{fmt(k)}^{p:g} · {eta0:.5g}",
+                 f"{spec.baseline.optimizer.family} family: {rule.lr_reason}")
+        return scaling, p, peak
+    p = _NAMED_EXPONENTS[scaling]
+    formula, inputs = {"sqrt": ("√k · η0", f"√{fmt(k)} · {eta0:.5g}"),
+                       "linear": ("k · η0", f"{fmt(k)} · {eta0:.5g}"),
+                       "none": ("η0", f"{eta0:.5g}")}[scaling]
+    value = {"sqrt": math.sqrt(k) * eta0, "linear": k * eta0, "none": eta0}[scaling]
+    return scaling, p, d("η", "peak_lr", value, formula, inputs, _NAMED_REASONS[scaling])
+
+
+def _optimizer(d: _Ledger, spec: Spec, k: float, p: float) -> OptimizerSettings:
+    """The optimizer that runs: the baseline's options, and under the default rule the
+    second-moment decay, ε and decoupled weight decay scaled with k (docs/algorithm.md §6)."""
+    opt, ratio = spec.baseline.optimizer, spec.date.layer_ratio
+    options = opt.options()
+    rule = entry(opt.name).batch_rule
+    if spec.date.rule == "date" and rule is not None and k != 1:
+        if rule.second_moment == "alpha":
+            options["alpha"] = d("α", "optimizer.alpha", options["alpha"] ** k, "α^k",
+                                 f"{options['alpha']:g}^{fmt(k)}", _HALF_LIFE)
+        elif rule.second_moment == "betas":
+            beta1, beta2 = options["betas"]
+            options["betas"] = (beta1, d("β2", "optimizer.betas[1]", beta2**k, "β2^k",
+                                         f"{beta2:g}^{fmt(k)}", _HALF_LIFE))
+        if rule.scale_eps:
+            options["eps"] = d("ε", "optimizer.eps", options["eps"] / math.sqrt(k), "ε / √k",
+                               f"{options['eps']:g} / √{fmt(k)}",
+                               "the SDE scaling rule for adaptive methods (Malladi et al. 2022)")
+        if rule.decoupled_decay and options["weight_decay"]:
+            lam = options["weight_decay"]
+            options["weight_decay"] = d(
+                "λ", "optimizer.weight_decay", lam * k ** (1 - p), f"λ · k^{1 - p:g}",
+                f"{lam:g} · {fmt(k)}^{1 - p:g}",
+                "AdamW's decay timescale B/(η·λ) stays the same in epochs (Bergsma et al. 2025)")
+    return OptimizerSettings(opt.name, options, {"mode": ratio.mode, **ratio.options()})
+
+
+_HALF_LIFE = ("the running average of g² spans the same samples: k× fewer, k× larger batches "
+              "(Malladi et al. 2022; Marek et al. 2025)")
 
 
 def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
@@ -298,9 +341,10 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
                "⌈E · n / B0⌉", f"⌈{fmt(base.epochs)} · {fmt(n)} / {fmt(b0)}⌉",
                "baseline optimizer steps")
     k = d("k", "scale", batch / b0, "B / B0", f"{fmt(batch)} / {fmt(b0)}")
-    peak = d("η", "peak_lr", *_PEAK_LR[date.scaling](k, eta0))
+    scaling, p, peak = _peak_lr(d, spec, k)
+    warmup = date.warmup or "legw"
     total_epochs = i0 * b0 / n
-    if date.warmup == "legw":
+    if warmup == "legw":
         warmup_epochs = d("w", "warmup_epochs", k * w0, "k · w0", f"{fmt(k)} · {fmt(w0)}",
                           "linear-epoch warmup (LEGW)")
         # = w·n/B, written so that it is bit-identical at every B
@@ -317,22 +361,20 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
     d("E_tot", "total_epochs", total_epochs, "I0 · B0 / n", f"{fmt(i0)} · {fmt(b0)} / {fmt(n)}",
       "unchanged by scaling")
     max_batch = None
-    if date.warmup == "legw" and w0 > 0:
+    if warmup == "legw" and w0 > 0:
         max_batch = d("B_max", "max_legw_batch", math.ceil(b0 * total_epochs / w0) - 1,
                       "largest B < B0 · E_tot / w0", f"{fmt(b0)} · {fmt(total_epochs)} / {fmt(w0)}",
                       "beyond it LEGW's warmup outlasts training")
     _refuse_unsound(spec, batch, k, warmup_epochs, total_epochs, max_batch, peak)
-    ratio = date.layer_ratio
+    optimizer = _optimizer(d, spec, k, p)
     return Plan(
         baseline_batch=b0, target_batch=batch, dataset_size=n, dataset_size_source=source,
         baseline_lr=eta0, baseline_warmup_epochs=w0, baseline_iterations=i0,
-        baseline_epochs=base.epochs, scaling=date.scaling, warmup=date.warmup,
-        warmup_shape=date.warmup_shape, scale=k, peak_lr=peak, warmup_epochs=warmup_epochs,
-        warmup_iterations=warmup_iterations, total_iterations=total_iterations,
-        total_epochs=total_epochs, lr_floor=date.lr_floor, max_legw_batch=max_batch,
-        optimizer=OptimizerSettings(base.optimizer.name, base.optimizer.options(),
-                                    {"mode": ratio.mode, **ratio.options()}),
-        derivations=tuple(d.rows),
+        baseline_epochs=base.epochs, rule=date.rule, scaling=scaling, lr_exponent=p,
+        warmup=warmup, warmup_shape=date.warmup_shape, scale=k, peak_lr=peak,
+        warmup_epochs=warmup_epochs, warmup_iterations=warmup_iterations,
+        total_iterations=total_iterations, total_epochs=total_epochs, lr_floor=date.lr_floor,
+        max_legw_batch=max_batch, optimizer=optimizer, derivations=tuple(d.rows),
     )
 
 

@@ -186,12 +186,18 @@ class BaselineSpec(_Section):
 
 
 class DateSpec(_Section):
-    """How DATE scales the baseline (docs/algorithm.md §2)."""
+    """How DATE scales the baseline (docs/algorithm.md §2 and §6)."""
 
-    scaling: Literal["sqrt", "linear", "none"] = "sqrt"
-    """Peak LR rule: sqrt (η = √k·η0, DATE), linear (η = k·η0, Goyal et al.) or none (η = η0)."""
-    warmup: Literal["legw", "constant"] = "legw"
-    """legw: warmup epochs grow with the batch (w = k·w0); constant: w = w0, for comparisons."""
+    rule: Literal["date", "paper"] = "date"
+    """date: the rules per optimizer family (docs/algorithm.md §6): the peak LR's exponent, the
+    second-moment decay, ε and decoupled weight decay scaled with the batch; paper: the SC'19 rule
+    as printed (√k LR, LEGW), nothing else changed."""
+    scaling: Literal["sqrt", "linear", "none"] | None = None
+    """Peak LR, overriding the rule's: sqrt (η = √k·η0), linear (η = k·η0, Goyal et al.) or none
+    (η = η0). Default: the rule's (the paper: sqrt)."""
+    warmup: Literal["legw", "constant"] | None = None
+    """legw: warmup epochs grow with the batch (w = k·w0); constant: w = w0, for comparisons.
+    Default: legw."""
     warmup_shape: Literal["linear", "quadratic"] = "linear"
     """LR during warmup: η·(e/w) or η·(e/w)²."""
     lr_floor: float = Field(default=1e-6, ge=0.0)

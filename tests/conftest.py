@@ -24,8 +24,10 @@ LENET = {
 
 
 def lenet_spec(**date):
+    """The paper's LeNet baseline; ``date`` settings on top of the paper's rule (``rule="date"``
+    for the default rule)."""
     raw = copy.deepcopy(LENET)
-    raw["date"] = date
+    raw["date"] = {"rule": "paper", **date}
     return parse_spec(raw)
 
 

@@ -21,7 +21,7 @@ def plan(*args):
 
 
 def test_plan_shows_every_derived_number_with_its_formula():
-    result = plan(LENET, "--batch", 8192)
+    result = plan(LENET, "--batch", 8192, "--set", "date.rule=paper")
     assert result.exit_code == 0, result.output
     out = result.stdout
     for text in ["√k · η0", "= √8 · 0.00125", "0.0035355",  # peak LR and its derivation
@@ -34,12 +34,23 @@ def test_plan_shows_every_derived_number_with_its_formula():
     assert "⣀" in out or "⠉" in out  # the braille LR curve
 
 
+def test_plan_shows_the_rules_scaled_optimizer():
+    """The default rule's rows for RMSprop at k = 8: η = k^p·η0, α^k, ε/√k — and the optimizer
+    line says what runs."""
+    out = plan(LENET, "--batch", 8192).stdout
+    for text in ["k^0.75 · η0", "= 8^0.75 · 0.00125", "α^k", "= 0.99^8", "0.92274469",
+                 "ε / √k", "= 1e-08 / √8", "Optimizer: DATE (dynamic, gamma 8) over rmsprop (alpha "
+                 "0.92274, eps 3.5355e-09"]:
+        assert text in out, text
+
 def test_plan_json_has_the_plan_fields():
-    result = plan(LENET, "--batch", 8192, "--nproc", 4, "--micro-batch", 256, "--json")
+    result = plan(LENET, "--batch", 8192, "--nproc", 4, "--micro-batch", 256, "--json",
+                  "--set", "date.rule=paper")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["baseline_batch"] == 1024 and data["target_batch"] == 8192
     assert data["scale"] == 8 and data["peak_lr"] == pytest.approx(3.5355339e-3)
+    assert data["optimizer"]["options"]["alpha"] == 0.99  # the paper changes no option
     assert data["warmup_epochs"] == 16 and data["warmup_iterations"] == 117.1875
     assert data["total_iterations"] == 220 and data["total_epochs"] == pytest.approx(29.952)
     assert data["lr_floor"] == 1e-6
@@ -55,14 +66,18 @@ def test_set_overrides_reach_the_plan():
     assert data["peak_lr"] == pytest.approx(0.01) and data["warmup_epochs"] == 8
 
 
-def test_compare_puts_goyal_beside_date():
+def test_compare_puts_the_paper_and_goyal_beside_the_default_rule():
     result = plan(LENET, "--batch", 8192, "--compare")
     assert result.exit_code == 0, result.output
-    assert "DATE (sqrt + LEGW)" in result.stdout
-    assert "linear scaling + constant warmup" in result.stdout
+    assert "DATE (rmsprop rule: k^0.75 + LEGW)" in result.stdout
+    assert "paper" in result.stdout and "linear" in result.stdout
     data = json.loads(plan(LENET, "--batch", 8192, "--compare", "--json").stdout)
-    assert data["compare"]["peak_lr"] == pytest.approx(0.01)
-    assert data["compare"]["warmup_epochs"] == 2
+    assert data["compare"]["paper"]["peak_lr"] == pytest.approx(3.5355339e-3)
+    assert data["compare"]["linear"]["peak_lr"] == pytest.approx(0.01)
+    assert data["compare"]["linear"]["warmup_epochs"] == 2
+    paper = json.loads(plan(LENET, "--batch", 8192, "--compare", "--json",
+                            "--set", "date.rule=paper").stdout)
+    assert set(paper["compare"]) == {"date", "linear"}  # the paper's rule is compared with DATE's
 
 
 def test_plot_writes_a_png(tmp_path):

@@ -319,10 +319,12 @@ def test_a_new_run_does_not_overwrite_checkpoints(uninterrupted):
 
 
 def test_every_shipped_recipe_is_registered():
+    from date_engine import load_spec
     from date_engine.recipes import get_recipe
 
     for path in sorted(RECIPES.glob("*.yaml")):
-        assert get_recipe(path.stem).name == path.stem, path.name
+        name = load_spec(path).recipe
+        assert get_recipe(name).name == name, path.name
 
 
 def test_cuda_only_options_on_the_cpu_say_so_and_run_fp32(tmp_path):

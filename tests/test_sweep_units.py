@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from date_engine.catalog import CATALOG
 from date_engine.errors import DateError
 from date_engine.plan import resolve_plan
 from date_engine.runfolder import RunFolder, RunSummary
@@ -32,7 +33,7 @@ BASE = {
 }
 
 
-def cells_of(spec: dict, batches, schemes="date,linear,none,lars,lamb,adam", repeats=1,
+def cells_of(spec: dict, batches, schemes="date,paper,linear,none,lars,lamb,adam", repeats=1,
              grid=(1e-3, 1e-2), evals=10):
     options = SweepOptions(batches=parse_batches(batches), schemes=parse_schemes(schemes),
                            repeats=repeats, lr_grid=tuple(grid), evals=evals)
@@ -55,7 +56,7 @@ def test_lr_grid_and_schemes_reject_bad_values():
         with pytest.raises(DateError, match="--lr-grid"):
             parse_lr_grid(bad)
     assert [s.name for s in parse_schemes("linear,date,linear")] == ["linear", "date"]
-    with pytest.raises(DateError, match="unknown scheme 'goyal'.*date, linear"):
+    with pytest.raises(DateError, match="unknown scheme 'goyal'.*date, paper, linear"):
         parse_schemes("date,goyal")
 
 
@@ -78,11 +79,18 @@ def test_each_scheme_derives_its_own_schedule():
         base.spec["date"]["layer_ratio"] == {"mode": "off"} and base.run_plan.plan.peak_lr == 1e-3
     )
 
-    date = cells["date-B256-s0"]
-    assert date.run_plan.plan.peak_lr == pytest.approx(
-        4e-3
-    ) and date.run_plan.plan.warmup_epochs == pytest.approx(4.0)
+    date = cells["date-B256-s0"]  # RMSprop's rule: k^p, α^k, ε/√k
+    p = CATALOG["rmsprop"].batch_rule.lr_exponent
+    assert date.run_plan.plan.peak_lr == pytest.approx(16**p * 1e-3)
+    assert date.run_plan.plan.warmup_epochs == pytest.approx(4.0)
+    assert date.run_plan.plan.optimizer.options["alpha"] == pytest.approx(0.9**16)
+    assert date.run_plan.plan.optimizer.options["eps"] == pytest.approx(1e-8 / 4)
     assert date.spec["date"]["layer_ratio"] == {"mode": "dynamic", "gamma": 4.0}  # the spec's own
+
+    paper = cells["paper-B256-s0"]  # as printed: √k, the optimizer unchanged
+    assert paper.run_plan.plan.peak_lr == pytest.approx(4e-3)
+    assert paper.run_plan.plan.optimizer.options["alpha"] == 0.9
+    assert paper.spec["date"]["layer_ratio"] == {"mode": "dynamic", "gamma": 4.0}
 
     linear = cells["linear-B256-s0"]
     assert (
@@ -224,7 +232,8 @@ def test_read_cell_follows_a_run_folder(tmp_path):
         [(15, 3.0, 70.0)],
         [(1.3, 1.5)],
     )
-    assert (partial.total_steps, partial.peak_lr) == (planned.plan.total_iterations, 2e-3)
+    assert (partial.total_steps, partial.peak_lr) == (planned.plan.total_iterations,
+                                                       planned.plan.peak_lr)
     RunFolder(tmp_path).write_summary(
         RunSummary(
             "lenet-digits", 30, 30, None, "accuracy", 91.0, 9.0, 200.0, None, planned.to_dict()
@@ -250,7 +259,7 @@ def test_a_cell_folder_is_not_shared(tmp_path):
 
 
 def test_every_scheme_is_documented():
-    assert set(SCHEMES) == {"date", "linear", "none", "lars", "lamb", "adam"}
+    assert set(SCHEMES) == {"date", "paper", "linear", "none", "lars", "lamb", "adam"}
     assert all(s.summary for s in SCHEMES.values())
 
 

@@ -3,8 +3,11 @@
 A scheme says how to train the baseline at another batch. It is a function of the spec (as a plain
 mapping) and, for the schemes that have no baseline LR to scale from, a peak LR from a grid:
 
-- ``date``: what ``date scale`` does: √k LR, LEGW warmup (k·w0 epochs), linear decay to the
-  floor, the spec's per-layer ratios (dynamic by default).
+- ``date``: what ``date scale`` does by default: the optimizer family's rule (docs/algorithm.md
+  §6) — peak LR k^p·η0, the second-moment decay, ε and decoupled weight decay scaled with k —
+  LEGW warmup (k·w0 epochs), linear decay to the floor, the spec's per-layer ratios.
+- ``paper``: the SC'19 rule as printed: √k LR, LEGW warmup, the same decay, the spec's ratios,
+  the optimizer's options unchanged (``date.rule: paper``).
 - ``linear``: linear scaling + constant-epoch warmup + the baseline's own decay, ratios off: what
   practitioners do today (Goyal et al.).
 - ``none``: the baseline's LR and warmup epochs unchanged, ratios off.
@@ -43,16 +46,25 @@ class Scheme:
     """True: run at every LR of the grid and keep the best per batch."""
 
 
-def _date(raw: Raw, lr: float | None) -> Raw:
-    return _with(raw, {"date": {"scaling": "sqrt", "warmup": "legw"}})
+def _rule(name: str) -> Callable[[Raw, float | None], Raw]:
+    """DATE with ``name``'s rule (date or paper), its own LR scaling and LEGW, the spec's ratios."""
+    def apply(raw: Raw, lr: float | None) -> Raw:
+        out = _with(raw, {"date": {"rule": name}})
+        for key in ("scaling", "warmup"):  # the rule's own
+            out["date"].pop(key, None)
+        return out
+
+    return apply
 
 
 def _linear(raw: Raw, lr: float | None) -> Raw:
-    return _ratios_off(_with(raw, {"date": {"scaling": "linear", "warmup": "constant"}}))
+    return _ratios_off(_with(raw, {"date": {"rule": "paper", "scaling": "linear",
+                                            "warmup": "constant"}}))
 
 
 def _none(raw: Raw, lr: float | None) -> Raw:
-    return _ratios_off(_with(raw, {"date": {"scaling": "none", "warmup": "constant"}}))
+    return _ratios_off(_with(raw, {"date": {"rule": "paper", "scaling": "none",
+                                            "warmup": "constant"}}))
 
 
 def _optimizer(name: str) -> Callable[[Raw, float | None], Raw]:
@@ -64,7 +76,8 @@ def _optimizer(name: str) -> Callable[[Raw, float | None], Raw]:
         optimizer: Raw = {"name": name}
         if weight_decay is not None:
             optimizer["weight_decay"] = weight_decay
-        out = _with(raw, {"baseline": {"lr": lr}, "date": {"scaling": "none", "warmup": "legw"}})
+        out = _with(raw, {"baseline": {"lr": lr},
+                          "date": {"rule": "paper", "scaling": "none", "warmup": "legw"}})
         out["baseline"]["optimizer"] = optimizer
         return _ratios_off(out)
 
@@ -88,51 +101,30 @@ BASELINE = "baseline"
 DEFAULT_LR_GRID = "1e-4,3e-4,1e-3,3e-3,1e-2"
 """Peak LRs tried by the schemes that search one (lars, lamb, adam)."""
 
-SCHEMES: dict[str, Scheme] = {
-    s.name: s
-    for s in (
-        Scheme(
-            "date",
-            "DATE: √k·η0, LEGW warmup (k·w0 epochs), linear decay to the floor, the spec's "
-            "per-layer ratios",
-            _date,
-        ),
-        Scheme(
-            "linear",
-            "linear scaling k·η0, constant warmup (w0 epochs), the same decay, no per-layer "
-            "ratios (Goyal et al.)",
-            _linear,
-        ),
-        Scheme(
-            "none",
-            "η0 and w0 epochs of warmup unchanged, the same decay, no per-layer ratios",
-            _none,
-        ),
-        *(
-            Scheme(
-                name,
-                f"{title} ({_defaults(name)}) at each LR of the grid, LEGW warmup, the same "
-                f"decay; best LR kept{extra}",
-                _optimizer(name),
-                uses_grid=True,
-            )
-            for name, title, extra in (
-                ("lars", "LARS", ""),
-                ("lamb", "LAMB", ""),
-                ("adam", "Adam", " (the tuned-Adam comparison)"),
-            )
-        ),
-    )
-}
+SCHEMES: dict[str, Scheme] = {s.name: s for s in (
+    Scheme("date", "DATE's default rule (docs/algorithm.md §6): the optimizer family's peak LR "
+                   "k^p·η0, its second-moment decay, ε and decoupled weight decay scaled with k, "
+                   "LEGW warmup (k·w0 epochs), linear decay to the floor, the spec's per-layer "
+                   "ratios", _rule("date")),
+    Scheme("paper", "the paper's rule: √k·η0, LEGW warmup (k·w0 epochs), linear decay to the "
+                    "floor, the spec's per-layer ratios, the optimizer's options unchanged",
+           _rule("paper")),
+    Scheme("linear", "linear scaling k·η0, constant warmup (w0 epochs), the same decay, no "
+                     "per-layer ratios (Goyal et al.)", _linear),
+    Scheme("none", "η0 and w0 epochs of warmup unchanged, the same decay, no per-layer ratios",
+           _none),
+    *(Scheme(name, f"{title} ({_defaults(name)}) at each LR of the grid, LEGW warmup, the same "
+                   f"decay; best LR kept{extra}", _optimizer(name), uses_grid=True)
+      for name, title, extra in (("lars", "LARS", ""), ("lamb", "LAMB", ""),
+                                 ("adam", "Adam", " (the tuned-Adam comparison)"))),
+)}
 
 
-def scheme_spec(
-    spec: Spec, scheme: Scheme, lr: float | None = None, source: str = "<scheme>"
-) -> Spec:
+def scheme_spec(spec: Spec, scheme: Scheme, lr: float | None = None,
+                source: str = "<scheme>") -> Spec:
     """``spec`` trained the way ``scheme`` says (at grid LR ``lr`` for grid schemes)."""
-    return parse_spec(
-        scheme.apply(spec.model_dump(mode="json", exclude_none=True), lr), source=source
-    )
+    raw = scheme.apply(spec.model_dump(mode="json", exclude_none=True), lr)
+    return parse_spec(raw, source=source)
 
 
 def parse_schemes(text: str) -> list[Scheme]:

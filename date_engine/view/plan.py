@@ -10,13 +10,16 @@ from rich.text import Text
 from date_engine.plan import BatchSplit, Plan, fmt
 from date_engine.view.chart import Series, line_chart
 
-__all__ = ["describe_split", "render_comparison", "render_plan", "scheme_name"]
+__all__ = ["describe_optimizer", "describe_split", "render_comparison", "render_plan",
+           "scheme_name"]
 
 
 def scheme_name(plan: Plan) -> str:
-    """A short name for how a plan scales: 'DATE' for sqrt + LEGW, else its two rules."""
-    if plan.scaling == "sqrt" and plan.warmup == "legw":
-        return "DATE (sqrt + LEGW)"
+    """A short name for how a plan scales: DATE's default rule, the paper's, or its two rules."""
+    if plan.rule == "date" and plan.scaling == "power" and plan.warmup == "legw":
+        return f"DATE ({plan.optimizer.name} rule: k^{plan.lr_exponent:g} + LEGW)"
+    if plan.rule == "paper" and plan.scaling == "sqrt" and plan.warmup == "legw":
+        return "DATE, the paper's rule (sqrt + LEGW)"
     return f"{plan.scaling} scaling + {plan.warmup} warmup"
 
 
@@ -32,6 +35,7 @@ def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64
         _derived_table(plan),
         _phases_table(plan),
         _split_line(split),
+        _optimizer_line(plan),
         Text("\nLearning rate per optimizer step", style="bold"),
         line_chart(
             [Series(scheme_name(plan), plan.lr, "cyan")],
@@ -44,37 +48,35 @@ def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64
     return Group(*parts)
 
 
-def render_comparison(plan: Plan, other: Plan, chart_width: int = 64) -> RenderableType:
-    """``plan`` beside ``other`` (same batch, another scheme), values and curves."""
+_STYLES = ("cyan", "magenta", "green", "yellow")
+
+
+def render_comparison(plan: Plan, others: dict[str, Plan], chart_width: int = 64) -> RenderableType:
+    """``plan`` beside ``others`` (the same batch under other schemes, by name): the values that
+    differ, the optimizer each runs, and the curves."""
+    plans = [plan, *others.values()]
+    names = [scheme_name(plan), *others]
     table = Table(title="Side by side at the same batch", title_justify="left")
     table.add_column("quantity")
-    table.add_column(scheme_name(plan), justify="right", style="cyan")
-    table.add_column(scheme_name(other), justify="right", style="magenta")
+    for name, style in zip(names, _STYLES):
+        table.add_column(name, justify="right", style=style)
     first_decay = {p.name: p.first_step for p in plan.phases}.get("decay", 1)
-    rows = [
-        ("peak LR η", _lr(plan.peak_lr), _lr(other.peak_lr)),
-        ("warmup epochs w", fmt(plan.warmup_epochs), fmt(other.warmup_epochs)),
-        ("warmup steps I_w", fmt(plan.warmup_iterations), fmt(other.warmup_iterations)),
-        ("optimizer steps I", fmt(plan.total_iterations), fmt(other.total_iterations)),
-        ("lr at step 1", _lr(plan.lr(1)), _lr(other.lr(1))),
-        (f"lr at step {first_decay}", _lr(plan.lr(first_decay)), _lr(other.lr(first_decay))),
-        (
-            "lr at the last step",
-            _lr(plan.lr(plan.total_iterations)),
-            _lr(other.lr(other.total_iterations)),
-        ),
-    ]
-    for row in rows:
-        table.add_row(*row)
+    rows = {
+        "peak LR η": lambda p: _lr(p.peak_lr),
+        "warmup epochs w": lambda p: fmt(p.warmup_epochs),
+        "warmup steps I_w": lambda p: fmt(p.warmup_iterations),
+        "optimizer steps I": lambda p: fmt(p.total_iterations),
+        "lr at step 1": lambda p: _lr(p.lr(1)),
+        f"lr at step {first_decay}": lambda p: _lr(p.lr(first_decay)),
+        "lr at the last step": lambda p: _lr(p.lr(p.total_iterations)),
+        "optimizer": describe_optimizer,
+    }
+    for quantity, value in rows.items():
+        table.add_row(quantity, *(value(p) for p in plans))
     chart = line_chart(
-        [
-            Series(scheme_name(plan), plan.lr, "cyan"),
-            Series(scheme_name(other), other.lr, "magenta"),
-        ],
-        max(plan.total_iterations, other.total_iterations),
-        width=chart_width,
-        y_max=max(plan.peak_lr, other.peak_lr),
-        y_format=_lr,
+        [Series(name, p.lr, style) for name, p, style in zip(names, plans, _STYLES)],
+        max(p.total_iterations for p in plans), width=chart_width,
+        y_max=max(p.peak_lr for p in plans), y_format=_lr,
     )
     return Group(table, chart)
 
@@ -129,6 +131,30 @@ def describe_split(split: BatchSplit) -> str:
 def _split_line(split: BatchSplit) -> Text:
     text = Text("Batch split: ", style="bold")
     text.append(describe_split(split))
+    return text
+
+
+def describe_optimizer(plan: Plan) -> str:
+    """``DATE (dynamic, gamma 8) over rmsprop (alpha 0.92274, eps 3.5355e-09, ...)``."""
+    opt = plan.optimizer
+    options = ", ".join(f"{k} {_option(v)}" for k, v in opt.options.items())
+    ratio = dict(opt.layer_ratio)
+    mode = ratio.pop("mode")
+    if mode == "off":
+        return f"{opt.name} ({options})"
+    rule = ", ".join([mode] + [f"{k} {_option(v)}" for k, v in ratio.items()])
+    return f"DATE ({rule}) over {opt.name} ({options})"
+
+
+def _option(value) -> str:
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_option(v) for v in value) + ")"
+    return f"{value:.5g}" if isinstance(value, float) else str(value)
+
+
+def _optimizer_line(plan: Plan) -> Text:
+    text = Text("Optimizer: ", style="bold")
+    text.append(describe_optimizer(plan))
     return text
 
 

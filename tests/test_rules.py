@@ -1,0 +1,103 @@
+"""The two rules of docs/algorithm.md: the paper's (§2), exactly as before, and the default rule per
+optimizer family (§6), pinned at landmark scales k = 1, 4, 32 and the largest batch LEGW allows."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from date_engine import derive_plan, load_spec, parse_spec
+from tests.conftest import RECIPES
+
+GOLDEN = json.loads((Path(__file__).parent / "data" / "paper_plans.json").read_text())
+
+
+@pytest.mark.parametrize("key", sorted(GOLDEN))
+def test_the_papers_rule_reproduces_the_plans_it_always_gave(key):
+    """`date.rule: paper` gives, to the last bit, the plans the code gave before the default rule
+    existed (tests/data/paper_plans.json: every recipe then shipped at 1, 2, 8 and 32 times its
+    batch; lstm-mnist's Adam baseline is lstm-mnist-adam.yaml now)."""
+    name, batch = key.split("@")
+    plan = derive_plan(load_spec(RECIPES / f"{name}.yaml", ["date.rule=paper"]), int(batch))
+    want = GOLDEN[key]
+    for field in ("scale", "peak_lr", "warmup_epochs", "warmup_iterations", "total_iterations",
+                  "total_epochs", "max_legw_batch"):
+        assert getattr(plan, field) == want[field], field
+    assert {s: plan.lr(int(s)) for s in want["lr"]} == want["lr"]
+    assert [[p.name, p.first_step, p.last_step] for p in plan.phases] == want["phases"]
+    spec = load_spec(RECIPES / f"{name}.yaml")
+    assert plan.optimizer.options == spec.baseline.optimizer.options()  # no option changes
+
+
+# ------------------------------------------------------------------ the default rule
+
+BASE = {"batch_size": 100, "lr": 0.01, "warmup_epochs": 0.05, "epochs": 10, "dataset_size": 100_000}
+
+# optimizer (with options) -> (p, the option holding β2 or None, ε scaled?, λ scaled?)
+FAMILIES = {
+    "rmsprop": ({"name": "rmsprop"}, 0.75, "alpha", True, False),
+    "adam": ({"name": "adam", "betas": [0.8, 0.99], "eps": 1e-7}, 0.75, "betas", True, False),
+    "adamw": ({"name": "adamw", "weight_decay": 0.1}, 0.75, "betas", True, True),
+    "adagrad": ({"name": "adagrad"}, 0.0, None, False, False),
+    "sgd": ({"name": "sgd", "weight_decay": 1e-4}, 1.0, None, False, False),
+    "momentum": ({"name": "momentum", "momentum": 0.95}, 1.0, None, False, False),
+    "nesterov": ({"name": "nesterov"}, 1.0, None, False, False),
+    "lars": ({"name": "lars"}, 1.0, None, False, False),
+    "lamb": ({"name": "lamb"}, 0.75, "betas", True, False),
+}
+
+
+def _spec(optimizer: dict, **date):
+    ratio = {"layer_ratio": {"mode": "off"}} if optimizer["name"] in ("lars", "lamb") else {}
+    return parse_spec({"baseline": {**BASE, "optimizer": optimizer}, "date": {**ratio, **date}})
+
+
+@pytest.mark.parametrize("k", [1, 4, 32, "edge"])
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_default_rule_per_family(name, k):
+    optimizer, p, second_moment, eps, decay = FAMILIES[name]
+    spec = _spec(optimizer)
+    baseline = spec.baseline.optimizer.options()
+    if k == "edge":  # the largest batch LEGW allows: 100 · 10 / 0.05 − 1
+        k = 19999 / 100
+    plan = derive_plan(spec, round(k * 100))
+    options, rows = plan.optimizer.options, {d.name: d for d in plan.derivations}
+    assert plan.rule == "date" and plan.scaling == "power" and plan.lr_exponent == p
+    assert plan.peak_lr == pytest.approx(k**p * 0.01, rel=1e-12)
+    assert rows["peak_lr"].formula == f"k^{p:g} · η0"
+    expected = dict(baseline)
+    if k != 1:
+        if second_moment == "alpha":
+            expected["alpha"] = baseline["alpha"] ** k
+        elif second_moment == "betas":
+            expected["betas"] = (baseline["betas"][0], baseline["betas"][1] ** k)
+        if eps:
+            expected["eps"] = baseline["eps"] / math.sqrt(k)
+        if decay:
+            expected["weight_decay"] = baseline["weight_decay"] * k ** (1 - p)
+    assert options.keys() == expected.keys()
+    for key, value in expected.items():
+        assert options[key] == pytest.approx(value, rel=1e-12), key
+    scaled = {d.name for d in plan.derivations if d.name.startswith("optimizer.")}
+    assert scaled == {f"optimizer.{key}" if key != "betas" else "optimizer.betas[1]"
+                      for key in expected if expected[key] != baseline[key]}
+    if second_moment is not None and k != 1:  # a valid decay at every k: β^k stays in (0, 1)
+        beta = options["alpha"] if second_moment == "alpha" else options["betas"][1]
+        assert 0 < beta < 1
+
+
+def test_an_explicit_scaling_overrides_the_rules_exponent_only():
+    spec = _spec({"name": "adam"}, scaling="linear")
+    plan = derive_plan(spec, 3200)  # k = 32
+    assert plan.peak_lr == pytest.approx(0.32) and plan.scaling == "linear"
+    assert plan.optimizer.options["betas"][1] == pytest.approx(0.999**32)
+
+
+def test_the_papers_rule_changes_no_option_and_scales_by_sqrt():
+    spec = _spec({"name": "adamw", "weight_decay": 0.1}, rule="paper")
+    plan = derive_plan(spec, 3200)
+    assert plan.peak_lr == pytest.approx(math.sqrt(32) * 0.01) and plan.lr_exponent == 0.5
+    assert plan.optimizer.options == spec.baseline.optimizer.options()
