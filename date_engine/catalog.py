@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-__all__ = ["CATALOG", "LAYER_RATIO_DEFAULTS", "BatchRule", "Family", "OptimizerEntry", "Placement",
-           "entry", "spec_names"]
+__all__ = ["CATALOG", "LAYER_RATIO_DEFAULTS", "BatchRule", "Family", "OptimizerEntry",
+           "OptimizerSettings", "Placement", "entry", "spec_names"]
 
 Family = Literal["sgd", "adaptive", "layerwise"]
 """sgd: the step is lr × (momentum of) the gradient; adaptive: the gradient is normalised per
@@ -124,10 +124,26 @@ CATALOG: Mapping[str, OptimizerEntry] = MappingProxyType({e.name: e for e in (
     _entry("lamb", "layerwise", "date_engine.optim.lamb:LAMB",
            rule=_with(ADAPTIVE_RULE, second_moment="betas"), betas=(0.9, 0.999), eps=1e-6,
            weight_decay=0.0),
-    # torch's other adaptive optimizers: DATE wraps them (update placement); specs cannot name them
+    # torch's other adaptive optimizers (Rprop: sign-based): DATE wraps them with the update
+    # placement; specs cannot name them
     *(_entry(name.lower(), "adaptive", f"torch.optim:{name}", in_spec=False)
-      for name in ("Adamax", "NAdam", "RAdam", "Adadelta")),
+      for name in ("Adamax", "NAdam", "RAdam", "Adadelta", "Rprop")),
 )})
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """The optimizer a run builds: the base optimizer with every option as it runs, and DATE's
+    per-layer ratio rule with its options (docs/algorithm.md §3)."""
+
+    name: str
+    options: dict[str, Any]
+    layer_ratio: dict[str, Any]
+    """``{"mode": ..., **that mode's options}``."""
+
+    def __post_init__(self) -> None:  # JSON turns tuples (Adam's betas) into lists: undo that
+        tuples = {k: tuple(v) if isinstance(v, list) else v for k, v in self.options.items()}
+        object.__setattr__(self, "options", tuples)
+
 
 LAYER_RATIO_DEFAULTS: Mapping[str, Mapping[str, float]] = MappingProxyType(
     {

@@ -13,6 +13,13 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from date_engine.checks import (
+    check_backend,
+    check_endpoint,
+    check_port,
+    output_file,
+    output_folder,
+)
 from date_engine.errors import DateError
 from date_engine.spec import Spec, load_spec
 from date_engine.sweep.schemes import DEFAULT_LR_GRID
@@ -75,6 +82,8 @@ def plan_command(spec_path: SpecArg, batch: BatchOpt, nproc: NprocOpt = 1,
     from date_engine.sweep.schemes import SCHEMES, scheme_spec
 
     with user_errors():
+        if plot is not None:
+            output_file(plot, "--plot", (".png", ".pdf", ".svg"))
         spec = load_spec(spec_path, overrides or ())
         recipe = _known_recipe(spec)
         planned = resolve_plan(spec, batch, nproc, micro_batch, recipe)
@@ -215,6 +224,7 @@ def scale_command(
         found = _recipe_to_train(spec_path, spec, recipe_ref, option=True)
         if precision is not None and precision not in ("fp32", "bf16", "fp16"):
             raise DateError(f"--precision must be fp32, bf16 or fp16, got {precision!r}.")
+        _check_launch(nproc, backend, rdzv_endpoint, master_port)
         from date_engine.plan import resolve_plan
         from date_engine.train.config import RunConfig
         from date_engine.train.launch import LaunchOptions, launch
@@ -224,10 +234,13 @@ def scale_command(
         world = job.world_size if job.launcher != "none" else nproc * nnodes
         if spec.baseline.dataset_size or found.dataset_size:  # else n is known once data loads
             resolve_plan(spec, batch, world, micro_batch, found)  # refuse before any process starts
+        run_dir = output_dir or Path(spec.train.output_dir or f"runs/{found.name}-B{batch}")
+        if not dry_run:
+            output_folder(run_dir, "--output-dir" if output_dir else "train.output_dir")
         config = RunConfig(
             spec=spec.model_dump(mode="json", exclude_none=True), spec_path=str(spec_path),
             recipe=recipe_ref, batch=batch, world_size=world, micro_batch=micro_batch,
-            output_dir=str(output_dir or spec.train.output_dir or f"runs/{found.name}-B{batch}"),
+            output_dir=str(run_dir),
             resume=resume, force_replan=force_replan, dry_run=dry_run, max_steps=max_steps,
             precision=precision or spec.train.precision, compile=compile, backend=backend,
             rerun_command=_continue_command(sys.argv[2:]) if sys.argv[1:2] == ["scale"] else "",
@@ -239,6 +252,19 @@ def scale_command(
     code = launch(config, options)
     if code:
         raise typer.Exit(code)
+
+
+def _check_launch(nproc: int, backend: str | None, endpoint: str | None,
+                  port: int | None) -> None:
+    """The launch options, before any process starts."""
+    if nproc < 1:
+        raise DateError(f"--nproc must be a positive whole number, got {nproc}.")
+    check_endpoint(endpoint)
+    check_port(port, "--master-port")
+    if backend is not None:
+        import torch
+
+        check_backend(backend, torch.cuda.is_available())
 
 
 def _recipe_to_train(spec_path: Path, spec: Spec, ref: str | None, option: bool = False):
@@ -353,8 +379,8 @@ def sweep_command(
             batches=parse_batches(batches), schemes=parse_schemes(schemes), repeats=repeats,
             lr_grid=tuple(parse_lr_grid(lr_grid)), tolerance=Tolerance.parse(tolerance),
             evals=evals, nproc=nproc, jobs=jobs)
+        root = output_folder(output_dir or Path("sweeps") / spec_path.stem, "--output-dir")
         cells = plan_sweep(spec, options, recipe)
-        root = output_dir or Path("sweeps") / spec_path.stem
         console = Console(highlight=False)
         command = " ".join(["date", *map(shlex.quote, sys.argv[1:])]) \
             if sys.argv[1:2] == ["sweep"] else ""
@@ -416,6 +442,7 @@ def data_prepare_command(
     with user_errors():
         from date_engine.data.prepare import prepare
 
+        output_folder(dest, "DEST")
         Console(highlight=False, soft_wrap=True).print(prepare(name, dest, source))
 
 

@@ -27,13 +27,14 @@ plan``, ``date scale`` (dry runs included) and every ``date sweep`` cell call it
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, field, fields
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from date_engine.catalog import entry
+from date_engine.catalog import OptimizerSettings, entry
 from date_engine.errors import PlanError
-from date_engine.spec import Spec
+from date_engine.spec import MAX_STEPS, Spec
 
 if TYPE_CHECKING:  # recipes are passed in, never imported: the plan depends on no recipe
     from date_engine.recipes import Recipe
@@ -79,21 +80,6 @@ class Phase:
     @property
     def steps(self) -> int:
         return self.last_step - self.first_step + 1
-
-
-@dataclass(frozen=True)
-class OptimizerSettings:
-    """The optimizer a run builds: the base optimizer with every option as it runs, and DATE's
-    per-layer ratio rule with its options (docs/algorithm.md §3)."""
-
-    name: str
-    options: dict[str, Any]
-    layer_ratio: dict[str, Any]
-    """``{"mode": ..., **that mode's options}``."""
-
-    def __post_init__(self) -> None:  # JSON turns tuples (Adam's betas) into lists: undo that
-        tuples = {k: tuple(v) if isinstance(v, list) else v for k, v in self.options.items()}
-        object.__setattr__(self, "options", tuples)
 
 
 @dataclass(frozen=True)
@@ -330,7 +316,7 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
     exists (docs/algorithm.md §2).
     """
     base, date = spec.baseline, spec.date
-    _require_positive_int("--batch", batch)
+    batch = _positive_int("--batch", batch)
     n, source = _samples_per_epoch(spec, batch, dataset_size, dataset_size_source)
     b0, eta0, w0 = base.batch_size, base.lr, base.warmup_epochs
     d = _Ledger()
@@ -340,6 +326,9 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         i0 = d("I0", "baseline_iterations", math.ceil(Fraction(repr(base.epochs)) * n / b0),
                "⌈E · n / B0⌉", f"⌈{fmt(base.epochs)} · {fmt(n)} / {fmt(b0)}⌉",
                "baseline optimizer steps")
+    if i0 > MAX_STEPS:
+        raise PlanError(f"the baseline would take {i0:,} optimizer steps (⌈E · n / B0⌉), more than "
+                        f"{MAX_STEPS:,}; check baseline.epochs, dataset_size and batch_size.")
     k = d("k", "scale", batch / b0, "B / B0", f"{fmt(batch)} / {fmt(b0)}")
     scaling, p, peak = _peak_lr(d, spec, k)
     warmup = date.warmup or "legw"
@@ -459,11 +448,11 @@ def split_batch(batch: int, world_size: int, micro_batch: int | None) -> BatchSp
     """Split ``batch`` over ``world_size`` processes with ``micro_batch`` samples per pass (by
     default a process's whole share): ``batch == micro × world × accumulation`` exactly, or a
     :class:`PlanError` naming values that would work."""
-    _require_positive_int("--nproc (world size)", world_size)
+    world_size = _positive_int("--nproc (world size)", world_size)
     if micro_batch is not None:
-        _require_positive_int("--micro-batch", micro_batch)
+        micro_batch = _positive_int("--micro-batch", micro_batch)
     if batch % world_size:
-        sizes = [d for d in _divisors(batch) if d <= max(2 * world_size, 8)]
+        sizes = [d for d in range(1, max(2 * world_size, 8) + 1) if batch % d == 0]
         lower, upper = (batch // world_size) * world_size, -(-batch // world_size) * world_size
         raise PlanError(
             f"batch {batch} does not divide evenly over {world_size} processes; use a batch of "
@@ -527,16 +516,18 @@ def resolve_plan(
     line), else ``train.micro_batch``, else the recipe's default fitted to each process's share (the
     largest divisor of it not above the default), else the whole share.
     """
+    batch = _positive_int("--batch", batch)
     if recipe is not None and recipe.dataset_size is not None:
         n, source = recipe.dataset_size, f"recipe {recipe.name}"
     else:
         n, source = dataset_size, "the training data"
     plan = derive_plan(spec, batch, dataset_size=n, dataset_size_source=source)
     micro = micro_batch if micro_batch is not None else spec.train.micro_batch
-    _require_positive_int("--nproc (world size)", world_size)
+    world_size = _positive_int("--nproc (world size)", world_size)
     if micro is None and recipe is not None and batch % world_size == 0:
         share = batch // world_size
-        micro = max(d for d in _divisors(share) if d <= recipe.default_micro_batch)
+        micro = next(d for d in range(min(share, recipe.default_micro_batch), 0, -1)
+                     if share % d == 0)
     return RunPlan(plan, split_batch(batch, world_size, micro))
 
 
@@ -555,9 +546,11 @@ def _warmup_too_long(batch, k, w0, w, total, max_batch) -> str:
     )
 
 
-def _require_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+def _positive_int(name: str, value: Any) -> int:
+    """``value`` as an int (numpy integers welcome), or a PlanError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise PlanError(f"{name} must be a positive whole number, got {value!r}.")
+    return int(value)
 
 
 def _divisors(n: int) -> list[int]:

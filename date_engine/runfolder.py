@@ -10,30 +10,35 @@
     <run>/checkpoints/step-XXXXXXXX.pt
     <run>/summary.json      how the run ended
     <run>/FAILED.json       why it stopped, after a non-finite loss
+    <run>/LOCK              who writes the folder now (an flock: released when that process dies)
 
 and, when ``date sweep`` started the run as one of its cells:
 
     <run>/cell.yaml         the cell's spec, as the sweep wrote it
     <run>/log.txt           everything the cell's ``date scale`` printed
-    <run>/RUNNING           the process id of that ``date scale``, while it runs
 
 The trainer writes and ``date sweep`` reads these only through this module. It imports no torch.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+import os
 import re
+import socket
+import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from date_engine.errors import DateError
 from date_engine.plan import RunPlan
 
-__all__ = ["MetricsLog", "RunFolder", "RunSummary", "eval_record", "train_record"]
+__all__ = ["MetricsLog", "RunFolder", "RunLock", "RunSummary", "eval_record", "train_record"]
 
 _CHECKPOINT = re.compile(r"^step-(\d{8})\.pt$")
 
@@ -130,8 +135,49 @@ class RunFolder:
         return self.root / "log.txt"
 
     @property
-    def running_path(self) -> Path:
-        return self.root / "RUNNING"
+    def lock_path(self) -> Path:
+        return self.root / "LOCK"
+
+    def lock(self, command: str = "") -> RunLock:
+        """Take the folder's exclusive lock, or raise :class:`DateError` naming its holder.
+
+        The lock is an ``flock`` on ``LOCK``: the kernel releases it when the holder exits or is
+        killed, so a lock left by a dead process never blocks (the file's words stay, stale).
+        On file systems without ``flock`` across hosts (some NFS setups) it guards one host only.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self.lock_holder() or "another process"
+            os.close(fd)
+            raise DateError(f"{self.root} is being written by {holder}; wait for that run to "
+                            "end or stop it, or choose another --output-dir.") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                 "command": command}).encode())
+        return RunLock(fd)
+
+    def lock_holder(self) -> str | None:
+        """Who holds the lock now, in words; None when nobody does."""
+        try:
+            fd = os.open(self.lock_path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+            except ValueError:
+                info = {}
+            return (f"process {info.get('pid', '?')} on {info.get('host', '?')} (since "
+                    f"{info.get('since', '?')}: {info.get('command') or 'date scale'})")
+        finally:
+            os.close(fd)
+        return None
 
     def checkpoint_path(self, step: int) -> Path:
         return self.checkpoint_dir / f"step-{step:08d}.pt"
@@ -200,6 +246,19 @@ class RunFolder:
             if isinstance(record, dict) and "step" in record:
                 records.append(record)
         return records
+
+
+class RunLock:
+    """A held run-folder lock; ``release()`` (or process exit) lets the next writer in."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
 
 
 class MetricsLog:

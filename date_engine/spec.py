@@ -25,10 +25,18 @@ import types
 import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from date_engine.catalog import LAYER_RATIO_DEFAULTS, entry, spec_names
 from date_engine.errors import SpecError
@@ -61,9 +69,24 @@ def _resolved(section: BaseModel, defaults: Mapping[str, Any]) -> dict[str, Any]
     return {k: (v if (v := getattr(section, k)) is not None else d) for k, d in defaults.items()}
 
 
+# Bounds that no real run reaches and that keep every derived number finite and every loop short.
+MAX_SAMPLES = 10**12
+"""Largest batch or data set, in samples."""
+MAX_STEPS = 10**9
+"""Most optimizer steps a baseline (or a plan) may have."""
+MAX_EPOCHS = 10**6
+MAX_LR = 1e6
+MAX_SEED = 2**32 - 1
+"""Seeds as numpy takes them; the processes' own seeds derived from it stay far below 2^63."""
+
+Samples = Annotated[int, Field(gt=0, le=MAX_SAMPLES)]
+
+
 class _Section(BaseModel):
+    # strict: no silent coercions (``batch_size: true`` is not 1; ``lr: "0.1"`` is not 0.1)
     model_config = ConfigDict(
-        extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True
+        extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True,
+        strict=True,
     )
 
 
@@ -97,6 +120,11 @@ class OptimizerSpec(_Section):
     """AdaGrad's own learning-rate decay (default 0)."""
     initial_accumulator_value: float | None = Field(default=None, ge=0.0)
     """AdaGrad's starting sum of squares (default 0)."""
+
+    @field_validator("betas", mode="before")
+    @classmethod
+    def _pair(cls, value: Any) -> Any:
+        return tuple(value) if isinstance(value, list) else value  # YAML writes a list
 
     @model_validator(mode="after")
     def _options_belong_to_optimizer(self) -> OptimizerSpec:
@@ -159,17 +187,17 @@ class LayerRatioSpec(_Section):
 class BaselineSpec(_Section):
     """The small-batch run that already works: DATE's only inputs (docs/algorithm.md §1)."""
 
-    batch_size: PositiveInt
+    batch_size: Samples
     """B0: the baseline's global batch size, in samples."""
-    lr: float = Field(gt=0.0)
+    lr: float = Field(gt=0.0, le=MAX_LR)
     """η0: the baseline's peak learning rate."""
-    warmup_epochs: float = Field(ge=0.0)
+    warmup_epochs: float = Field(ge=0.0, le=MAX_EPOCHS)
     """w0: the baseline's warmup length, in epochs (0 for none)."""
-    iterations: PositiveInt | None = None
+    iterations: Annotated[int, Field(gt=0, le=MAX_STEPS)] | None = None
     """I0: the baseline's optimizer steps. Give this or ``epochs``, not both."""
-    epochs: float | None = Field(default=None, gt=0.0)
+    epochs: float | None = Field(default=None, gt=0.0, le=MAX_EPOCHS)
     """E: the baseline's length in epochs; I0 = ceil(E·n/B0). Give this or ``iterations``."""
-    dataset_size: PositiveInt | None = None
+    dataset_size: Samples | None = None
     """n: training samples per epoch. Optional when the recipe knows it."""
     optimizer: OptimizerSpec = OptimizerSpec()
     """The base optimizer and its options."""
@@ -210,10 +238,10 @@ class TrainSpec(_Section):
     """Settings of the bundled trainer (``date scale``). None of them changes the plan's
     schedule."""
 
-    micro_batch: PositiveInt | None = None
+    micro_batch: Samples | None = None
     """Samples per process per forward/backward pass; the rest of the batch is accumulation.
     Default: the recipe's, capped at each process's share of the batch."""
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     """Seed for model initialisation, data order and every process's random state."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """Compute precision (bf16 and fp16 on CUDA only; fp16 runs with a GradScaler)."""
@@ -292,9 +320,27 @@ _NOT_FINGERPRINTED = (
 # Loading
 
 
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping that gives one key twice (YAML would silently keep the last)."""
+
+
 class _Loader(yaml.SafeLoader):
     """YAML with the 1.2 core schema's scalars: only true/false are booleans (so ``mode: off``
-    stays the string 'off', not False) and ``1e-3`` is a number."""
+    stays the string 'off', not False) and ``1e-3`` is a number. A key given twice in one mapping
+    is an error, not a silent override."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: the base class says what is wrong
+                continue
+            if first != key_node.start_mark.line + 1:
+                raise _DuplicateKey(None, None, f"'{key}' is given twice (also on line {first}); "
+                                    "keep one", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -315,12 +361,25 @@ def _yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
 
 
+def _refuse_cycles(value: Any, source: str, path: tuple[str, ...] = (), seen: tuple = ()) -> None:
+    """A YAML alias that contains itself (``a: &x [*x]``) cannot be a spec."""
+    if isinstance(value, (dict, list)):
+        if any(value is s for s in seen):
+            where = ".".join(path) or "the top level"
+            raise SpecError(f"{source}: {where} refers to itself through a YAML alias (&anchor "
+                            "... *anchor); write the value out.")
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, child in items:
+            _refuse_cycles(child, source, (*path, str(key)), (*seen, value))
+
+
 def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> Spec:
     """Read a baseline YAML, apply ``key=value`` overrides (dotted keys) and validate it.
 
     Raises :class:`SpecError` with one sentence naming the file, the field and the fix.
     """
     path = Path(path)
+    overrides = [overrides] if isinstance(overrides, str) else list(overrides)
     if not path.is_file():
         what = "is a directory, not a file" if path.is_dir() else "does not exist"
         raise SpecError(f"{path}: {what}; pass the path of a baseline YAML (see recipes/).")
@@ -330,13 +389,22 @@ def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> Spec:
         raise SpecError(f"{path}: cannot be read ({exc}); check the file's permissions.") from exc
     try:
         raw = _yaml(text)
+    except _DuplicateKey as exc:
+        mark = exc.problem_mark
+        raise SpecError(f"{path}: line {mark.line + 1}, column {mark.column + 1}: "
+                        f"{exc.problem}.") from None
     except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: {_yaml_problem(exc)}") from exc
+        raise SpecError(f"{path}: {_yaml_problem(exc)}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to be a spec; check its YAML aliases.") \
+            from None
+    _refuse_cycles(raw, str(path))
     return parse_spec(raw, overrides=overrides, source=str(path))
 
 
 def parse_spec(raw: Any, overrides: Iterable[str] = (), source: str = "<spec>") -> Spec:
     """Validate an already-parsed mapping (``source`` names it in error messages)."""
+    overrides = [overrides] if isinstance(overrides, str) else list(overrides)
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):

@@ -243,8 +243,8 @@ def test_exclude_by_name_and_by_group():
 def test_unknown_base_needs_a_placement():
     p = torch.nn.Parameter(torch.randn(3, 3))
     with pytest.raises(ValueError, match="placement="):
-        DATE(torch.optim.Rprop([p]))
-    DATE(torch.optim.Rprop([p]), placement="update")
+        DATE(torch.optim.ASGD([p]))
+    DATE(torch.optim.ASGD([p]), placement="update")
 
 
 # ------------------------------------------------------------- behaving as a torch optimizer

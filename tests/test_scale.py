@@ -275,10 +275,11 @@ def test_nonfinite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(t
     )
     assert result.returncode == 3
     assert "the loss became non-finite (nan) at step 8" in result.stderr
-    assert "step-00000006.pt" in result.stderr and "Traceback" not in result.stderr
+    # the state after step 7 is finite and in memory: it is kept, so no work is lost
+    assert "step-00000007.pt (step 7)" in result.stderr and "Traceback" not in result.stderr
     newest = sorted((out / "checkpoints").glob("step-*.pt"))[-1]
     payload = torch.load(newest, weights_only=True)
-    assert payload["step"] == 6
+    assert payload["step"] == 7
     assert all(torch.isfinite(t).all() for t in payload["model"].values())
 
 

@@ -14,6 +14,7 @@ import time
 import pytest
 import torch
 
+from date_engine.runfolder import RunFolder
 from tests.conftest import ROOT
 from tests.test_scale import SPEC, date, final_model, finish
 
@@ -145,7 +146,7 @@ def test_an_interrupted_sweep_resumes_its_cell_exactly(tmp_path):
     assert "Run the same command again" in stderr
     cell = out / "cells" / "baseline-B16-s0"
     assert json.loads((cell / "summary.json").read_text())["stopped_by"] == "SIGTERM"
-    assert not (cell / "RUNNING").exists()
+    assert RunFolder(cell).lock_holder() is None
 
     again = date(*args)
     assert again.returncode == 0, again.stdout + again.stderr

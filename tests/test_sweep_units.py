@@ -248,10 +248,10 @@ def test_read_cell_follows_a_run_folder(tmp_path):
 def test_a_cell_folder_is_not_shared(tmp_path):
     planned = cells_of(BASE, "64", "date")[1]
     folder = prepare_cell(tmp_path, planned)
-    folder.running_path.write_text(str(__import__("os").getpid()))  # a live process holds it
-    with pytest.raises(DateError, match="is being trained by process"):
+    lock = folder.lock("date scale cell.yaml")  # a running cell holds its folder's lock
+    with pytest.raises(DateError, match=r"is being trained by process \d+ on .*date scale"):
         prepare_cell(tmp_path, planned)
-    folder.running_path.write_text("999999999")  # a dead one does not
+    lock.release()  # as when that process ends, however it ends
     prepare_cell(tmp_path, planned)
     other = cells_of({**BASE, "baseline": {**BASE["baseline"], "lr": 2e-3}}, "64", "date")[1]
     with pytest.raises(DateError, match="trained with other settings"):

@@ -110,8 +110,9 @@ def test_checkpoints_are_kept_newest_first_and_a_damaged_one_is_skipped(tmp_path
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["step-00000004.pt", "step-00000006.pt"]
     (tmp_path / "checkpoints" / "step-00000006.pt").write_bytes(b"truncated")
-    path, payload = ckpt.newest_valid(run)
-    assert path.name == "step-00000004.pt" and payload["step"] == 4
+    found = ckpt.newest_valid(run)
+    assert found.path.name == "step-00000004.pt" and found.payload["step"] == 4
+    assert found.skipped == ("step-00000006.pt: does not load (cut short or not a checkpoint)",)
     assert ckpt.newest_valid(RunFolder(tmp_path / "nothing")) is None
 
 

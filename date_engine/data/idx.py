@@ -77,6 +77,20 @@ def find_mnist(root: str | Path) -> dict[str, Path]:
     return found
 
 
+NUM_CLASSES = 10
+
+
+def check_labels(labels: torch.Tensor, classes: int, source: Path | str) -> None:
+    """Class labels must be whole numbers in 0..classes-1; anything else is refused with the file
+    (a cross-entropy loss would fail on it deep inside training, or truncate a float silently)."""
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise DataError(f"{source}: labels are stored as {labels.dtype}; class labels must be "
+                        "whole numbers.")
+    if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= classes):
+        raise DataError(f"{source}: labels must lie in 0..{classes - 1}, found "
+                        f"{int(labels.min())}..{int(labels.max())}.")
+
+
 def load_mnist(root: str | Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Images as float32 in [0, 1] of shape (n, 1, 28, 28) and int64 labels, train then test."""
     files = find_mnist(root)
@@ -88,6 +102,7 @@ def load_mnist(root: str | Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
                 f"{files[f'{split}_images']}: {split} images {list(images.shape)} do not match "
                 f"labels {list(labels.shape)} in {files[f'{split}_labels']}."
             )
+        check_labels(labels, NUM_CLASSES, files[f"{split}_labels"])
     as_images = lambda t: t.float().div_(255).unsqueeze(1)  # noqa: E731
     return (
         as_images(arrays["train_images"]),

@@ -82,14 +82,26 @@ class LayerwiseOptimizer(torch.optim.Optimizer):
     """What LARS and LAMB share: ``step`` evaluates the closure, then updates each param group's
     parameters that have a gradient, one (device, dtype) bucket at a time (``_update``)."""
 
+    refused_dtypes: tuple[torch.dtype, ...] = ()
+    """Parameter dtypes the optimizer's state cannot be kept in (and why, in ``_refused_why``)."""
+    _refused_why = ""
+
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[override]
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        name = type(self).__name__
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
+            for p in params:
+                if p.grad.is_sparse:
+                    raise ValueError(f"{name} does not support sparse gradients; use a dense "
+                                     "embedding (sparse=False) or an optimizer made for them.")
+                if p.dtype in self.refused_dtypes:
+                    raise ValueError(f"{name} cannot keep {p.dtype} parameters: "
+                                     f"{self._refused_why}")
             for idx in group_by_device_and_dtype(params).values():
                 self._update([params[i] for i in idx], group)
         return loss

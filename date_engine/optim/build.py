@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from date_engine.catalog import CATALOG, entry
+from date_engine.catalog import CATALOG, LAYER_RATIO_DEFAULTS, OptimizerSettings, entry
 from date_engine.optim.date import DATE
 
 __all__ = ["build_base_optimizer", "build_optimizer"]
@@ -36,10 +36,17 @@ def _trust_ratio_groups(params: Iterable[Any]) -> list[dict[str, Any]]:
 
 def build_optimizer(params: Iterable[Any], settings: Any, lr: float) -> torch.optim.Optimizer:
     """DATE over the base optimizer ``settings`` names (a plan's
-    :class:`~date_engine.plan.OptimizerSettings`: ``name``, ``options``, ``layer_ratio``); LARS
-    and LAMB as they are, since they adapt per layer themselves. Pass ``model.named_parameters()``
-    so that DATE knows parameter names; ``lr`` is normally the plan's peak LR, scaled step by step
-    by the schedule."""
+    :class:`~date_engine.plan.OptimizerSettings`: ``name``, ``options``, ``layer_ratio``; or just
+    a catalog name such as ``"adam"``, for its defaults and DATE's); LARS and LAMB as they are,
+    since they adapt per layer themselves. Pass ``model.named_parameters()`` so that DATE knows
+    parameter names; ``lr`` is normally the plan's peak LR, scaled step by step by the schedule."""
+    if isinstance(settings, str):
+        if settings not in CATALOG:
+            raise ValueError(f"no optimizer {settings!r}; known: {', '.join(CATALOG)}")
+        record = CATALOG[settings]
+        mode = "off" if record.family == "layerwise" else "dynamic"
+        settings = OptimizerSettings(settings, dict(record.defaults),
+                                     {"mode": mode, **LAYER_RATIO_DEFAULTS[mode]})
     base = build_base_optimizer(params, settings.name, settings.options, lr)
     if CATALOG[settings.name].family == "layerwise":
         return base

@@ -89,6 +89,9 @@ class DATE(Optimizer):
         self.base = base
         self.rule = RatioRule(mode, gamma, trust_coefficient, lower, upper)
         self.exclude = exclude
+        if placement not in (None, "gradient", "update"):
+            raise ValueError(f"placement must be 'gradient' or 'update', got {placement!r}")
+        _refuse_unwrappable(base, placement)
         self.placement: Placement = placement or _placement_of(base)
         self.foreach = True if foreach is None else foreach
         self.steps = 0
@@ -334,6 +337,16 @@ def bucketed(tensors: list[Tensor]) -> tuple[list[Tensor], list[slice]]:
         spans.append(slice(len(ordered), len(ordered) + len(idx)))
         ordered += [tensors[i] for i in idx]
     return ordered, spans
+
+
+def _refuse_unwrappable(base: Optimizer, placement: Placement | None) -> None:
+    """Bases whose step DATE cannot scale per layer, refused with the reason."""
+    if isinstance(base, torch.optim.LBFGS):
+        raise ValueError("DATE cannot wrap LBFGS: it re-evaluates the closure inside its own step, "
+                         "where no per-layer ratio can be applied; use LBFGS unwrapped.")
+    if isinstance(base, torch.optim.Rprop) and placement == "gradient":
+        raise ValueError("Rprop steps by the sign of the gradient, so scaling the gradient would "
+                         "change nothing; use placement='update' (the default for Rprop).")
 
 
 def _placement_of(base: Optimizer) -> Placement:

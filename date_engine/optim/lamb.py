@@ -47,22 +47,27 @@ class LAMB(LayerwiseOptimizer):
         super().__init__(params, defaults)
         self._u: dict[Tensor, Tensor] = {}  # the update u, one buffer per parameter, reused
 
+    refused_dtypes = (torch.float16,)
+    _refused_why = ("its second moment, kept in the parameters' dtype, underflows in float16 "
+                    "(g² < 6e-8) and turns the update's direction; keep float32 parameters (train "
+                    "in reduced precision with torch.autocast).")
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._u = {}
 
     def _scratch(self, p: Tensor) -> Tensor:
         if p not in self._u:
-            self._u[p] = torch.empty_like(p)
+            self._u[p] = torch.empty_like(_real(p))
         return self._u[p]
 
     def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
         for p in params:
             state = self.state[p]
-            if not state:
+            if not state:  # complex parameters: real and imaginary parts as two reals, as Adam does
                 state["step"] = 0
-                state["exp_avg"] = torch.zeros_like(p)
-                state["exp_avg_sq"] = torch.zeros_like(p)
+                state["exp_avg"] = torch.zeros_like(_real(p))
+                state["exp_avg_sq"] = torch.zeros_like(_real(p))
             state["step"] += 1
         # one foreach pass per step count: the bias corrections are plain floats
         by_step: dict[int, list[Tensor]] = {}
@@ -78,9 +83,11 @@ class LAMB(LayerwiseOptimizer):
             group["weight_decay"],
             group["lr"],
         )
-        grads = [p.grad for p in params]
         m = [self.state[p]["exp_avg"] for p in params]
         v = [self.state[p]["exp_avg_sq"] for p in params]
+        u = [self._scratch(p) for p in params]  # reused, so no step allocates 4 bytes a value
+        grads = [_real(p.grad) for p in params]
+        params = [_real(p) for p in params]
         torch._foreach_lerp_(m, grads, 1 - beta1)
         torch._foreach_mul_(v, beta2)
         torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
@@ -88,7 +95,6 @@ class LAMB(LayerwiseOptimizer):
         # passes work on u' = u/c and c is folded into the final scale.
         sqrt_b2 = math.sqrt(1 - beta2**t)
         c = sqrt_b2 / (1 - beta1**t)
-        u = [self._scratch(p) for p in params]  # reused, so no step allocates 4 bytes a value
         torch._foreach_copy_(u, v)
         torch._foreach_sqrt_(u)
         torch._foreach_add_(u, eps * sqrt_b2)
@@ -102,3 +108,8 @@ class LAMB(LayerwiseOptimizer):
             r = torch.ones(len(params), device=params[0].device)
         scale = (-lr * c) * like(r, params[0])
         torch._foreach_addcmul_(params, u, scalars(scale))
+
+
+def _real(t: Tensor) -> Tensor:
+    """A complex tensor as real pairs (a view: writing it writes ``t``); a real one as it is."""
+    return torch.view_as_real(t) if t.is_complex() else t

@@ -15,6 +15,7 @@ Everything is a handful of vector ops on the stacked norms: no host synchronisat
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -41,6 +42,11 @@ class RatioRule:
     def __post_init__(self) -> None:
         if self.mode not in ("dynamic", "static", "off"):
             raise ValueError(f"mode must be 'dynamic', 'static' or 'off', got {self.mode!r}")
+        for name in ("gamma", "trust_coefficient", "lower", "upper"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         if self.gamma < 1:
             raise ValueError(f"gamma must be >= 1, got {self.gamma}")
         if self.trust_coefficient <= 0:

@@ -169,7 +169,7 @@ def _from_reference(reference: str) -> Recipe:
     try:
         module = importlib.import_module(module_name)
         target = getattr(module, attr)
-    except (ImportError, AttributeError) as exc:
+    except (ImportError, AttributeError, ValueError) as exc:  # ValueError: an empty module name
         raise DateError(
             f"recipe '{reference}': cannot load {attr!r} from module {module_name!r} ({exc}); "
             "check that the module is importable (on PYTHONPATH) and defines it."

@@ -6,8 +6,8 @@ Re-running the sweep skips finished cells and resumes interrupted ones from thei
 
 Signals: the cells run in sessions of their own, and the sweep passes SIGINT (Ctrl-C) and SIGTERM
 on to them once: each cell finishes its step, writes a checkpoint and exits; the sweep waits for
-them and exits 130 or 143. A cell folder holds a RUNNING file with its process id while it trains,
-so that a second sweep over the same folder is refused.
+them and exits 130 or 143. While a cell trains, its ``date scale`` holds the run folder's lock, so
+that a second sweep over the same folder is refused.
 """
 
 from __future__ import annotations
@@ -53,17 +53,12 @@ def prepare_cell(root: Path, planned: PlannedCell) -> RunFolder:
     text = yaml.safe_dump(planned.spec, sort_keys=False)
     path = run.cell_spec_path
     if path.exists() and path.read_text() != text:
-        raise DateError(
-            f"{folder} was trained with other settings than this sweep asks for (see its "
-            f"{path.name}); "
-            "use another --output-dir, or delete that folder to run the cell again."
-        )
-    lock = run.running_path
-    if lock.exists() and _alive(lock.read_text().strip()):
-        raise DateError(
-            f"{folder} is being trained by process {lock.read_text().strip()} (another "
-            "sweep?); wait for it or stop it first."
-        )
+        raise DateError(f"{folder} was trained with other settings than this sweep asks for (see "
+                        f"its {path.name}); use another --output-dir, or delete that folder to "
+                        "run the cell again.")
+    if holder := run.lock_holder():
+        raise DateError(f"{folder} is being trained by {holder} (another sweep?); wait for it or "
+                        "stop it first.")
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return run
@@ -154,13 +149,11 @@ def _start(run: CellRun, nproc: int, env: dict[str, str], resume: bool) -> None:
             env=env,
             start_new_session=True,
         )
-    run.folder.running_path.write_text(str(run.process.pid))
 
 
 def _ended(run: CellRun, code: int, result: CellResult) -> str | None:
     """Account for a cell that exited with ``code``: 'usage' (it refused its input), 'failed'
     (anything else that is not a finish, a divergence or a signal stop) or None."""
-    run.folder.running_path.unlink(missing_ok=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     if code == 2:
         result.status = "failed"
@@ -206,13 +199,3 @@ def _error_line(folder: RunFolder) -> str:
         lines = []
     errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
     return errors[-1] if errors else f"it stopped with exit code 2; see {folder.log_path}"
-
-
-def _alive(pid: str) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -1,18 +1,29 @@
-"""Checkpoints: written atomically, found again after any kind of stop, refused if they belong to
-another plan.
+"""Checkpoints: written atomically, verified when read, found again after any kind of stop,
+refused if they belong to another plan.
 
 A checkpoint is one file ``checkpoints/step-00000123.pt`` written by rank 0: model, optimizer
 (DATE's state included), the step, the samples each process has read, every process's RNG states and
-unlogged losses, the plan, and a fingerprint of the spec. It is first written to a temporary file in
-the same folder and then renamed, so a crash mid-write leaves the previous checkpoint intact.
-Loading uses ``torch.load(weights_only=True)``: a checkpoint holds tensors and plain values only.
+unlogged losses, the plan, and a fingerprint of the spec — ``torch.save``'s bytes, followed by a
+trailer: a JSON record (the bytes' SHA-256, the step, the plan's id), its length and a magic word.
+The file is written to a temporary name in the same folder, flushed to disk and renamed, so a crash
+mid-write leaves the previous checkpoint intact; the temporary files of killed writes are removed
+when the next run of the folder starts. Reading checks the SHA-256 (a flipped byte is caught, and
+the checkpoint before it is taken, with a warning) and uses ``torch.load(weights_only=True)``: a
+checkpoint holds tensors and plain values only.
+
+Only finite states are written: a checkpoint is a promise that training can go on from it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import os
 import random
+import struct
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,49 +35,171 @@ from date_engine.runfolder import RunFolder
 __all__ = [
     "FORMAT",
     "CheckpointPolicy",
+    "Found",
     "capture_rng",
     "describe_mismatch",
+    "finite",
     "newest_valid",
+    "plan_id",
     "refuse",
+    "remove_partial_writes",
     "restore_rng",
     "save_atomic",
 ]
 
 FORMAT = 1
+"""The payload's layout (the keys below)."""
 REQUIRED = ("format", "step", "model", "optimizer", "plan", "spec_fingerprint", "ranks")
+_MAGIC = b"DATECKPT"
+_TRAILER = struct.Struct("<Q8s")  # length of the JSON record, magic
+
+
+def plan_id(plan: dict[str, Any]) -> str:
+    """A short id of a run's plan document: checkpoints of one plan share it."""
+    return hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def finite(*states: Any) -> bool:
+    """Whether every floating-point tensor in ``states`` (nested dicts and lists, as state dicts
+    are) is finite. One host synchronisation; used before a checkpoint is written."""
+    tensors = [t for t in _tensors(states) if t.is_floating_point() or t.is_complex()]
+    if not tensors:
+        return True
+    return bool(torch.stack([torch.isfinite(t).all().to(tensors[0].device) for t in tensors]).all())
+
+
+def _tensors(value: Any):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
 
 
 def save_atomic(run: RunFolder, step: int, payload: dict[str, Any], keep: int) -> Path:
-    """Write ``payload`` as the checkpoint of ``step``; keep only the ``keep`` newest."""
+    """Write ``payload`` as the checkpoint of ``step``, then remove this plan's older checkpoints
+    beyond the ``keep`` newest (by write order; never the one just written)."""
     final = run.checkpoint_path(step)
     folder = final.parent
     folder.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    body = buffer.getvalue()
+    ident = plan_id(payload["plan"])
+    record = json.dumps({"sha256": hashlib.sha256(body).hexdigest(), "step": step,
+                         "plan": ident}).encode()
     tmp = folder / f".{final.name}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        torch.save(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(body)
+            f.write(record)
+            f.write(_TRAILER.pack(len(record), _MAGIC))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
     _fsync_dir(folder)
-    for old in run.checkpoints()[keep:]:
+    same_plan = [p for p in _by_write_order(run) if _trailer(p).get("plan") == ident]
+    for old in [p for p in same_plan if p != final][max(keep - 1, 0):]:
         old.unlink(missing_ok=True)
     return final
 
 
-def newest_valid(run: RunFolder) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint that loads and has every required entry, or None if there is none."""
-    for path in run.checkpoints():
-        try:
-            payload = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception:  # a damaged file: fall back to the one before it
-            continue
-        if (
-            isinstance(payload, dict)
-            and all(k in payload for k in REQUIRED)
-            and payload["format"] == FORMAT
-        ):
-            return path, payload
+@dataclass(frozen=True)
+class Found:
+    """The checkpoint a run continues from, and the newer ones that could not be read."""
+
+    path: Path
+    payload: dict[str, Any]
+    skipped: tuple[str, ...] = ()
+    """One sentence per newer checkpoint passed over (damaged, cut short)."""
+
+
+def newest_valid(run: RunFolder) -> Found | None:
+    """The newest checkpoint (by write order) whose bytes match their checksum, that loads and has
+    every required entry; None if there is none."""
+    skipped = []
+    for path in _by_write_order(run):
+        problem, payload = _read(path)
+        if problem is None:
+            return Found(path, payload, tuple(skipped))
+        skipped.append(f"{path.name}: {problem}")
     return None
+
+
+def remove_partial_writes(run: RunFolder) -> list[Path]:
+    """Delete the temporary files of checkpoint writes that were killed (call only while holding
+    the run folder's lock, so that no write is in flight)."""
+    if not run.checkpoint_dir.is_dir():
+        return []
+    partial = [p for p in run.checkpoint_dir.iterdir()
+               if p.name.startswith(".step-") and ".tmp-" in p.name]
+    for p in partial:
+        p.unlink(missing_ok=True)
+    return partial
+
+
+def _read(path: Path) -> tuple[str | None, dict[str, Any] | None]:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})", None
+    body, record = _split(data)
+    if record is not None and hashlib.sha256(body).hexdigest() != record.get("sha256"):
+        return "its bytes do not match the checksum written with it (damaged)", None
+    try:
+        payload = torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
+    except Exception:  # written by no version of this program, or cut short
+        return "does not load (cut short or not a checkpoint)", None
+    if not (isinstance(payload, dict) and all(k in payload for k in REQUIRED)
+            and payload["format"] == FORMAT):
+        return "is not a checkpoint of this version", None
+    return None, payload
+
+
+def _split(data: bytes) -> tuple[bytes, dict[str, Any] | None]:
+    """(torch.save's bytes, the trailer's record); no record for files without a trailer."""
+    if len(data) < _TRAILER.size or data[-8:] != _MAGIC:
+        return data, None
+    length, _ = _TRAILER.unpack(data[-_TRAILER.size:])
+    end = len(data) - _TRAILER.size
+    try:
+        return data[: end - length], json.loads(data[end - length:end])
+    except ValueError:
+        return data, None
+
+
+def _trailer(path: Path) -> dict[str, Any]:
+    """The record at the end of a checkpoint file, read without reading the file ({} if none)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            if size < _TRAILER.size:
+                return {}
+            f.seek(size - _TRAILER.size)
+            length, magic = _TRAILER.unpack(f.read(_TRAILER.size))
+            if magic != _MAGIC or length > size - _TRAILER.size:
+                return {}
+            f.seek(size - _TRAILER.size - length)
+            return json.loads(f.read(length))
+    except (OSError, ValueError):
+        return {}
+
+
+def _by_write_order(run: RunFolder) -> list[Path]:
+    """The checkpoint files, the most recently written first."""
+    files = []
+    for p in run.checkpoints():
+        try:
+            files.append((p.stat().st_mtime_ns, p))
+        except OSError:  # removed meanwhile
+            continue
+    return [p for _, p in sorted(files, key=lambda f: (f[0], f[1].name), reverse=True)]
 
 
 def capture_rng(numpy: bool = True) -> dict[str, Any]:

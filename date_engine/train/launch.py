@@ -13,7 +13,7 @@ from pathlib import Path
 
 from date_engine.runfolder import RunFolder
 from date_engine.train.config import RunConfig
-from date_engine.train.runtime import job_environment, threads_per_process
+from date_engine.train.runtime import die_with_parent, job_environment, threads_per_process
 
 __all__ = ["LaunchOptions", "launch", "torchrun_arguments"]
 
@@ -61,7 +61,10 @@ def launch(config: RunConfig, options: LaunchOptions) -> int:
 def _run(config: RunConfig, options: LaunchOptions) -> int:
     from date_engine.train import trainer
 
-    if job_environment().launcher != "none" or not options.needs_agent:
+    if job_environment().launcher != "none":  # a process of a job torchrun or srun started
+        die_with_parent()
+        return trainer.run(config)
+    if not options.needs_agent:
         return trainer.run(config)
     return _elastic(config, options)
 
@@ -96,17 +99,35 @@ def torchrun_arguments(config_path: Path, options: LaunchOptions) -> list[str]:
 
 
 def _elastic(config: RunConfig, options: LaunchOptions) -> int:
+    """The job's workers under torch's elastic agent. The workers' config goes to a file of its
+    own (the run folder's record is written by the run, after its checks). Ctrl-C or SIGTERM to
+    this process: the agent passes SIGTERM on, every worker finishes its step and checkpoints, and
+    the exit code is 130 / 143."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
-    config_path = RunFolder(config.output_dir).write_config(config.to_json())
+    with tempfile.NamedTemporaryFile("w", prefix="date-launch-", suffix=".json", delete=False) as f:
+        f.write(config.to_json())
     os.environ.setdefault("OMP_NUM_THREADS", str(threads_per_process(options.nproc)))
     try:
-        run(get_args_parser().parse_args(torchrun_arguments(config_path, options)))
+        run(get_args_parser().parse_args(torchrun_arguments(Path(f.name), options)))
         return 0
     except ChildFailedError as failure:
-        codes = {rank: f.exitcode for rank, f in failure.failures.items()}
-        code = codes[min(codes)] if codes else 1
-        return 128 - code if code < 0 else code  # a worker killed by signal N exits with -N
+        return job_exit_code([f.exitcode for f in failure.failures.values()])
+    except SignalException as stop:
+        return 128 + int(stop.sigval)
     finally:
+        Path(f.name).unlink(missing_ok=True)
         sys.stdout.flush()
+
+
+def job_exit_code(codes: list[int]) -> int:
+    """The job's exit code from its failed workers' codes, the most telling first: a refused input
+    (2), a non-finite loss (3), a stop by signal (130, 143; a worker killed by signal N reports
+    -N), then whatever else."""
+    codes = [128 - c if c < 0 else c for c in codes] or [1]
+    for telling in (2, 3, 130, 143):
+        if telling in codes:
+            return telling
+    return max(codes)

@@ -8,15 +8,19 @@ fp32, whether ``--compile`` applies. A process joins the job that launched it â€
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import re
+import signal
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["Runtime", "job_environment", "setup", "teardown", "threads_per_process"]
+__all__ = ["Runtime", "die_with_parent", "job_environment", "setup", "teardown",
+           "threads_per_process"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,20 @@ class Runtime:
     def grad_scaler(self) -> torch.amp.GradScaler | None:
         """fp16 needs loss scaling; bf16 and fp32 do not."""
         return torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent (the launcher) dies, so that no
+    worker trains on as an orphan beside a resumed run; SIGTERM makes it checkpoint and stop.
+    Elsewhere this does nothing."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request: act on it now
+        os.kill(os.getpid(), sig)
 
 
 def threads_per_process(processes: int) -> int:

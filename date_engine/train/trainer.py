@@ -30,7 +30,7 @@ from date_engine.errors import DataMissing, DateError
 from date_engine.optim.build import build_optimizer
 from date_engine.plan import BatchSplit, RunPlan, resolve_plan
 from date_engine.recipes import DataOptions, RecipeData, get_recipe
-from date_engine.runfolder import RunFolder, RunSummary
+from date_engine.runfolder import RunFolder, RunLock, RunSummary
 from date_engine.schedule import set_lr
 from date_engine.spec import parse_spec
 from date_engine.train import checkpoint as ckpt
@@ -56,13 +56,23 @@ def run(config: RunConfig) -> int:
         if runtime.is_main
         else Console(quiet=True)
     )
+    trainer = None
     try:
-        return Trainer(config, runtime, console).run()
+        trainer = Trainer(config, runtime, console)
+        return trainer.run()
     except DateError as exc:
         if runtime.is_main:
             _error(str(exc))
         return 2
+    except OSError as exc:  # a full disk, a folder taken away: which file, and no traceback
+        if runtime.is_main:
+            _error(f"{exc.filename or 'writing the run'}: {exc.strerror}; make room or fix the "
+                   "folder, then run the same command with --resume (the newest checkpoint "
+                   "written before it stands).")
+        return 1
     finally:
+        if trainer is not None:
+            trainer.close()
         teardown(runtime)
 
 
@@ -100,6 +110,7 @@ class Trainer:
         self.restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.done: int | None = 0
         """The last step whose update is complete (None while an update is in flight)."""
+        self._lock: RunLock | None = None
 
     # ------------------------------------------------------------------ set up
 
@@ -112,25 +123,20 @@ class Trainer:
         data = self._data()
         self.planned = self._resolve(data)
         self.plan, self.split = self.planned.plan, self._split_to_train()
+        self._take_lock()
+        found = self._checkpoint_to_resume()  # every refusal happens before anything is written
+        if found is not None and self._already_finished(found):
+            return 0
         self._announce(data)
 
         torch.manual_seed(self.seed)  # the same initial weights on every process
         model = self.recipe.build_model(self.options).to(self.rt.device)
-        optimizer = build_optimizer(
-            model.named_parameters(), self.plan.optimizer, self.plan.peak_lr
-        )
+        optimizer = build_optimizer(model.named_parameters(), self.plan.optimizer,
+                                    self.plan.peak_lr)
         scaler = self.rt.grad_scaler()
-        point = self._resume(model, optimizer, scaler)
-        steps = StepRunner(
-            model,
-            self._wrap(model),
-            optimizer,
-            scaler,
-            self.recipe,
-            data,
-            self.rt,
-            self.split.accumulation_steps,
-        )
+        point = self._restore(found, model, optimizer, scaler)
+        steps = StepRunner(model, self._wrap(model), optimizer, scaler, self.recipe, data, self.rt,
+                           self.split.accumulation_steps)
         summary = self._train(steps, data, point)
         if summary is None:
             return EXIT_NONFINITE
@@ -140,6 +146,12 @@ class Trainer:
         if summary.stopped_by in ("SIGINT", "SIGTERM"):
             return 128 + signal.Signals[summary.stopped_by].value
         return 0
+
+    def close(self) -> None:
+        """Let the next writer of the run folder in (the process's exit would too)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _data(self) -> RecipeData:
         options = DataOptions(data_dir=self.spec.train.data_dir, seed=self.seed)
@@ -167,12 +179,22 @@ class Trainer:
             self.recipe,
             dataset_size=len(data.train),
         )
-        if planned.plan.dataset_size != len(data.train) and self.rt.is_main and not data.note:
-            self.console.print(
-                f"[yellow]note:[/] the plan counts epochs of {planned.plan.dataset_size} samples "
-                f"({planned.plan.dataset_size_source}) but the training set holds "
-                f"{len(data.train)}."
-            )
+        n, source = planned.plan.dataset_size, planned.plan.dataset_size_source
+        held = len(data.train)
+        if data.note or n == held:  # generated samples of a dry run stand in for the data
+            return planned
+        if cfg.batch > held:
+            raise DateError(f"batch {cfg.batch} is larger than the training data "
+                            f"({held} samples in {self.spec.train.data_dir or 'the default data'});"
+                            f" choose --batch {held} or less, or point train.data_dir at the "
+                            "whole data set.")
+        if source.startswith("recipe"):  # the recipe's nominal size: every epoch figure would lie
+            raise DateError(f"the training data holds {held} samples, not the {n} {source} "
+                            f"assumes; set baseline.dataset_size: {held} (or point train.data_dir "
+                            "at the whole data set).")
+        if self.rt.is_main:
+            self.console.print(f"[yellow]note:[/] the plan counts epochs of {n} samples ({source})"
+                               f" but the training set holds {held}.")
         return planned
 
     def _split_to_train(self) -> BatchSplit:
@@ -228,58 +250,90 @@ class Trainer:
             _error(f"{record['message']} (not retried on restart)")
         return record["exit_code"]
 
-    def _resume(self, model, optimizer, scaler) -> ResumePoint:
-        cfg, rt = self.config, self.rt
+    def _take_lock(self) -> None:
+        """One writer per run folder: rank 0 takes its lock for the whole run, and clears what
+        killed checkpoint writes left; every process learns whether it could."""
+        error = None
+        if self.rt.is_main:
+            try:
+                self._lock = self.folder.lock(self.config.rerun_command or "date scale")
+                ckpt.remove_partial_writes(self.folder)
+            except DateError as exc:
+                error = str(exc)
+        self._agree(error)
+
+    def _agree(self, error: str | None) -> None:
+        """Raise rank 0's ``error`` on every process, so that none waits for one that left."""
+        if self.rt.distributed:
+            box = [error]
+            dist.broadcast_object_list(box, src=0)
+            error = box[0]
+        if error:
+            raise DateError(error)
+
+    def _checkpoint_to_resume(self) -> ckpt.Found | None:
+        """The checkpoint this run continues from, or None for a fresh start; refuses a new run
+        into a folder with checkpoints, --resume without one, and another plan's checkpoint."""
+        cfg = self.config
         wanted = cfg.resume or self.restart > 0
         found = ckpt.newest_valid(self.folder) if not cfg.dry_run else None
+        if found is not None and found.skipped and self.rt.is_main:
+            for line in found.skipped:
+                self.console.print(f"[yellow]warning:[/] skipped {line}", soft_wrap=True)
         if not wanted:
             if found is not None:
                 raise DateError(
-                    f"{self.folder.root} already holds checkpoints ({found[0].name}); pass "
-                    "--resume to continue that run, or --output-dir to start a new one."
-                )
-            _seed_everything(process_seed(self.seed, rt.rank))  # dropout etc. differ per process
-            return ResumePoint()
+                    f"{self.folder.root} already holds checkpoints ({found.path.name}); pass "
+                    "--resume to continue that run, or --output-dir to start a new one.")
+            return None
         if found is None:
             if cfg.resume and not self.restart:
-                raise DateError(
-                    f"--resume: no checkpoint in {self.folder.checkpoint_dir}; run "
-                    "without --resume to start from the beginning."
-                )
-            _seed_everything(process_seed(self.seed, rt.rank))
-            return ResumePoint()
-        path, payload = found
-        mismatch = ckpt.describe_mismatch(
-            payload["plan"],
-            RunPlan(self.plan, self.split).to_dict(),
-            payload["spec_fingerprint"],
-            self.spec.fingerprint(),
-        )
+                raise DateError(f"--resume: no checkpoint in {self.folder.checkpoint_dir}; run "
+                                "without --resume to start from the beginning.")
+            return None
+        mismatch = self._mismatch(found)
         if mismatch and not cfg.force_replan:
-            raise ckpt.refuse(path, mismatch)
+            raise ckpt.refuse(found.path, mismatch)
+        return found
+
+    def _mismatch(self, found: ckpt.Found) -> str | None:
+        payload, planned = found.payload, RunPlan(self.plan, self.split).to_dict()
+        return ckpt.describe_mismatch(payload["plan"], planned, payload["spec_fingerprint"],
+                                      self.spec.fingerprint())
+
+    def _already_finished(self, found: ckpt.Found) -> bool:
+        """A resumed run whose checkpoint is its plan's last step: nothing to train or record."""
+        if self._mismatch(found) or found.payload["step"] < self.plan.total_iterations:
+            return False
+        self.console.print(f"{self.folder.root} already finished: {found.path.name} is step "
+                           f"{found.payload['step']} of {self.plan.total_iterations}; nothing to "
+                           "do.", soft_wrap=True)
+        return True
+
+    def _restore(self, found: ckpt.Found | None, model, optimizer, scaler) -> ResumePoint:
+        """Load ``found`` into the model, optimizer and loss scaler; seed this process's own
+        random stream (the checkpoint's, or a fresh one)."""
+        rt = self.rt
+        if found is None:
+            _seed_everything(process_seed(self.seed, rt.rank))  # dropout etc. differ per process
+            return ResumePoint()
+        payload = found.payload
         model.load_state_dict(payload["model"])
         optimizer.load_state_dict(payload["optimizer"])
         if scaler is not None and payload.get("scaler"):
             scaler.load_state_dict(payload["scaler"])
-        self.console.print(f"resuming from {path} (step {payload['step']})", soft_wrap=True)
-        if mismatch:  # --force-replan: continue after as many samples under the new plan
+        self.console.print(f"resuming from {found.path} (step {payload['step']})", soft_wrap=True)
+        if mismatch := self._mismatch(found):  # --force-replan: as many samples, the new plan
             start = payload["samples_seen"] // self.split.batch
             _seed_everything(process_seed(self.seed, rt.rank, start))
-            self.console.print(
-                f"[yellow]note:[/] --force-replan: {mismatch}; continuing its weights "
-                f"at step {start} of the new plan ({payload['samples_seen']} samples "
-                "seen).",
-                soft_wrap=True,
-            )
+            self.console.print(f"[yellow]note:[/] --force-replan: {mismatch}; continuing its "
+                               f"weights at step {start} of the new plan "
+                               f"({payload['samples_seen']} samples seen).", soft_wrap=True)
             return ResumePoint(start, resumed=True)
         mine = payload["ranks"][rt.rank]
         ckpt.restore_rng(mine["rng"])
-        return ResumePoint(
-            payload["step"],
-            True,
-            tuple(mine["log_window"]),
-            float(payload.get("train_seconds", 0.0)),
-        )
+        return ResumePoint(payload["step"], True, tuple(mine["log_window"]),
+                           float(payload.get("train_seconds", 0.0)))
 
     # ------------------------------------------------------------------ the loop
 
@@ -358,7 +412,9 @@ class Trainer:
                 loss = steps.forward_backward(batches)
                 grad_norm = steps.unscale_and_clip(train.grad_clip, log.is_logging(step))
                 verdict = agree(rt, loss, stop.signal is not None, policy.time_due(rt.is_main))
-                if verdict.nonfinite:
+                if verdict.nonfinite:  # keep the work since the last checkpoint, if it is finite
+                    if self.done > saved:
+                        self._save(self.done, steps, log, rng=rng_before)
                     self._nonfinite(step, loss)
                     return "non-finite"
                 self.done = None  # inside the update: no consistent state to save until it ends
@@ -412,7 +468,8 @@ class Trainer:
 
     def _save(self, step: int, steps: StepRunner, log: RunLogger, rng=None):
         """Write the checkpoint of ``step`` (collective: every process sends its RNG states and
-        its unlogged losses). Returns the path on rank 0, else None."""
+        its unlogged losses) if the model and optimizer states are finite. Returns the path on
+        rank 0 when written, else None."""
         rt = self.rt
         mine = {
             "rng": rng if rng is not None else ckpt.capture_rng(),
@@ -423,6 +480,8 @@ class Trainer:
             dist.all_gather_object(states, mine)
         if not rt.is_main:
             return None
+        if not ckpt.finite(steps.model.state_dict(), steps.optimizer.state_dict()):
+            return None  # no checkpoint may promise a state training cannot go on from
         payload = {
             "format": ckpt.FORMAT,
             "step": step,
@@ -474,16 +533,11 @@ class Trainer:
 
     def _nonfinite(self, step: int, loss: torch.Tensor) -> None:
         last = ckpt.newest_valid(self.folder)
-        where = (
-            f"the last good checkpoint is {last[0]} (step {last[1]['step']})"
-            if last
-            else "no checkpoint was written before it"
-        )
-        message = (
-            f"the loss became non-finite ({loss.item()}) at step {step}; stopped "
-            f"without taking that step, and {where}. Lower baseline.lr, set train.grad_clip, "
-            "or check the data, then resume with --resume."
-        )
+        where = (f"the last good checkpoint is {last.path} (step {last.payload['step']})" if last
+                 else "no finite state was left to write a checkpoint of")
+        message = (f"the loss became non-finite ({loss.item()}) at step {step}; stopped without "
+                   f"taking that step, and {where}. Lower baseline.lr, set train.grad_clip, or "
+                   "check the data, then resume with --resume.")
         if self.rt.is_main:
             _error(message)
             self.folder.write_failure(
@@ -540,5 +594,5 @@ def _seed_everything(seed: int) -> None:
 def _verify_checkpoint(folder: RunFolder, step: int) -> None:
     """A dry run reads back what it wrote."""
     found = ckpt.newest_valid(folder)
-    if found is None or found[1]["step"] != step:
+    if found is None or found.payload["step"] != step:
         raise DateError(f"dry run: the checkpoint written at step {step} could not be read back")

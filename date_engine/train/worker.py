@@ -1,5 +1,5 @@
 """One training process of a job started by torch's elastic agent:
-``python -m date_engine.train.worker --config <output_dir>/config.json``."""
+``python -m date_engine.train.worker --config <launch config>.json``."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import argparse
 import sys
 
 from date_engine.train.config import RunConfig
+from date_engine.train.runtime import die_with_parent
 from date_engine.train.trainer import run
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config", required=True, help="the run's config.json")
+    parser.add_argument("--config", required=True, help="the run's config, as JSON")
     args = parser.parse_args(argv)
+    die_with_parent()
     return run(RunConfig.read(args.config))
 
 

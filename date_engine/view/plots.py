@@ -35,8 +35,6 @@ def save_lr_plot(path: str | Path, plans: Sequence[tuple[str, Plan]]) -> Path:
     if plt is None:
         raise DateError(f"--plot needs matplotlib: {MISSING_MATPLOTLIB}.")
     path = Path(path)
-    if path.parent and not path.parent.is_dir():
-        raise DateError(f"--plot {path}: the folder {path.parent} does not exist; create it first.")
     first = plans[0][1]
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
     for (label, plan), color in zip(plans, ("tab:blue", "tab:red", "tab:green", "tab:purple")):

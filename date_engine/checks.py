@@ -1,0 +1,91 @@
+"""Checks of the paths and options a user passes, made before any work starts: each failure is a
+:class:`~date_engine.errors.DateError` with one sentence naming the option and what to do."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from date_engine.errors import DateError
+
+__all__ = [
+    "BACKENDS",
+    "check_backend",
+    "check_endpoint",
+    "check_port",
+    "output_file",
+    "output_folder",
+]
+
+BACKENDS = ("gloo", "nccl", "mpi")
+"""torch.distributed's process-group backends."""
+
+
+def output_folder(path: str | Path, option: str) -> Path:
+    """``path`` as a folder a command may create and write: not an existing file, and under a
+    folder this process can write in (checked with a temporary file, which also catches read-only
+    file systems)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise DateError(f"{option} {path}: is a file, not a folder; choose a folder.")
+    _writable_ancestor(path if path.exists() else path.parent, path, option)
+    return path
+
+
+def output_file(path: str | Path, option: str, suffixes: tuple[str, ...]) -> Path:
+    """``path`` as a file a command may write: one of ``suffixes``, not a folder, in a folder that
+    exists and can be written."""
+    path = Path(path)
+    if path.is_dir() or not path.name:
+        raise DateError(f"{option} {path}: is a folder; give a file name such as lr.png.")
+    if path.suffix.lower() not in suffixes:
+        raise DateError(f"{option} {path}: cannot write a {path.suffix or 'suffix-less'} file; "
+                        f"use {', '.join(suffixes)}.")
+    if not path.parent.is_dir():
+        raise DateError(f"{option} {path}: the folder {path.parent} does not exist; create it "
+                        "first.")
+    _writable_ancestor(path.parent, path, option)
+    return path
+
+
+def _writable_ancestor(start: Path, path: Path, option: str) -> None:
+    folder = start
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise DateError(f"{option} {path}: {folder} is a file, so no folder can be made under it.")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise DateError(f"{option} {path}: cannot write in {folder} ({exc.strerror}); choose "
+                        "another place.") from None
+
+
+def check_port(port: int | None, option: str) -> None:
+    if port is not None and not 1 <= port <= 65535:
+        raise DateError(f"{option} must be a port number from 1 to 65535, got {port}.")
+
+
+def check_endpoint(endpoint: str | None) -> None:
+    """``host:port`` of a c10d rendezvous."""
+    if endpoint is None:
+        return
+    match = re.fullmatch(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+)(?::(\d+))?", endpoint)
+    if not match:
+        raise DateError(f"--rdzv-endpoint {endpoint!r}: expected host:port, e.g. node01:29400.")
+    if match.group(2) is not None:
+        check_port(int(match.group(2)), "the port of --rdzv-endpoint")
+
+
+def check_backend(backend: str | None, cuda: bool) -> None:
+    """A process-group backend torch knows; NCCL only where there is a GPU."""
+    if backend is None:
+        return
+    if backend not in BACKENDS:
+        raise DateError(f"--backend must be {', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}, got "
+                        f"{backend!r}.")
+    if backend == "nccl" and not cuda:
+        raise DateError("--backend nccl needs CUDA GPUs and this machine has none; use gloo (the "
+                        "default on the CPU).")
