@@ -47,3 +47,25 @@ def write_spec(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(tmp_path_factory):
+    """lenet-digits at batch 256, 57 steps, never stopped: what stopped runs must end equal to."""
+    from tests.runs import SHORT, SPEC, date
+
+    out = tmp_path_factory.mktemp("full") / "run"
+    result = date("scale", SPEC, "--batch", 256, *SHORT, "-o", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
+def two_processes(tmp_path_factory):
+    """The same on 2 processes (torchrun, gloo), checkpointing every 4 steps."""
+    from tests.runs import SPEC, TWO, date
+
+    out = tmp_path_factory.mktemp("two") / "run"
+    result = date("scale", SPEC, *TWO, "-o", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out

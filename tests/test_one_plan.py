@@ -19,7 +19,7 @@ from date_engine.recipes import get_recipe
 from date_engine.sweep import SweepOptions, Tolerance, parse_schemes, plan_sweep
 from date_engine.sweep.runner import prepare_cell
 from tests.conftest import RECIPES
-from tests.test_scale import date
+from tests.runs import date
 
 SHIPPED = sorted(RECIPES.glob("*.yaml"))
 runner = CliRunner()

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from tests.conftest import RECIPES
+from tests.runs import date
 from tests.test_data import image_tree, mnist_fixture, parallel_fixture, ptb_fixture
-from tests.test_scale import date
 
 
 def _ptb(root):

@@ -8,59 +8,22 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
 from tests.conftest import RECIPES, ROOT
-
-SPEC = str(RECIPES / "lenet-digits.yaml")
-SHORT = ["--set", "baseline.epochs=10", "--set", "baseline.warmup_epochs=0.5"]  # 57 steps at 256
-
-
-def run_group(cmd, env=None, timeout=240):
-    """Run a command in its own process group; on timeout kill the whole group (torchrun's
-    workers included), so that a hang fails the test without leaving processes behind."""
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", **(env or {})}
-    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"timed out after {timeout} s: {' '.join(map(str, cmd))}\n{stdout}\n{stderr}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-
-
-def finish(proc, timeout=240):
-    """communicate() with a process started in its own session; kill its group on timeout."""
-    try:
-        return proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"timed out after {timeout} s: {proc.args}")
-
-
-def date(*args, env=None, timeout=240):
-    """Run `python -m date_engine ...` as a user would; returns the CompletedProcess."""
-    return run_group([sys.executable, "-m", "date_engine", *args], env=env, timeout=timeout)
-
-
-def final_model(run_dir: Path) -> dict[str, torch.Tensor]:
-    newest = sorted((run_dir / "checkpoints").glob("step-*.pt"))[-1]
-    return torch.load(newest, weights_only=True)["model"]
-
-
-def metrics(run_dir: Path, drop=("samples_per_s", "time_s")) -> list[dict]:
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in line.items() if k not in drop} for line in lines]
-
-
-def max_relative_difference(a: dict, b: dict) -> float:
-    return max(((a[k] - b[k]).abs().max() / a[k].abs().max().clamp_min(1e-12)).item() for k in a)
-
+from tests.runs import (
+    SHORT,
+    SPEC,
+    TWO,
+    date,
+    final_model,
+    finish,
+    max_relative_difference,
+    metrics,
+    run_group,
+)
 
 # ------------------------------------------------------------------ the exact global batch
 
@@ -101,14 +64,6 @@ def test_another_data_order_is_far_away(batch64_runs, tmp_path):
 # ------------------------------------------------------------------ stop, kill, resume
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    out = tmp_path_factory.mktemp("full") / "run"
-    result = date("scale", SPEC, "--batch", 256, *SHORT, "-o", out)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return out
-
-
 def test_full_run_writes_its_records(uninterrupted):
     for name in ("spec.yaml", "config.json", "plan.json", "metrics.jsonl", "summary.json"):
         assert (uninterrupted / name).is_file(), name
@@ -134,17 +89,6 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(uninterrupted, tmp
     a, b = final_model(uninterrupted), final_model(out)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert metrics(out) == metrics(uninterrupted)
-
-
-TWO = ["--batch", 256, "--nproc", 2, *SHORT, "--set", "train.checkpoint_every=4"]
-
-
-@pytest.fixture(scope="module")
-def two_processes(tmp_path_factory):
-    out = tmp_path_factory.mktemp("two") / "run"
-    result = date("scale", SPEC, *TWO, "-o", out)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return out
 
 
 def test_sigkilled_worker_is_restarted_by_torchrun_and_resumes(two_processes, tmp_path):

@@ -16,7 +16,7 @@ import torch
 
 from date_engine.runfolder import RunFolder
 from tests.conftest import ROOT
-from tests.test_scale import SPEC, date, final_model, finish
+from tests.runs import SPEC, date, final_model, finish
 
 SHORT = ["--set", "baseline.epochs=3", "--set", "baseline.warmup_epochs=0.1"]
 

@@ -1,0 +1,73 @@
+"""Running `date` as a user would, from the tests: in its own process group, killed on timeout;
+and reading what a run wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import RECIPES, ROOT
+
+SPEC = str(RECIPES / "lenet-digits.yaml")
+SHORT = ["--set", "baseline.epochs=10", "--set", "baseline.warmup_epochs=0.5"]  # 57 steps at 256
+TWO = ["--batch", 256, "--nproc", 2, *SHORT, "--set", "train.checkpoint_every=4"]
+
+
+def run_group(cmd, env=None, timeout=240):
+    """Run a command in its own process group; on timeout kill the whole group (torchrun's
+    workers included), so that a hang fails the test without leaving processes behind."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", **(env or {})}
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"timed out after {timeout} s: {' '.join(map(str, cmd))}\n{stdout}\n{stderr}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def finish(proc, timeout=240):
+    """communicate() with a process started in its own session; kill its group on timeout."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"timed out after {timeout} s: {proc.args}")
+
+
+def date(*args, env=None, timeout=240):
+    """Run `python -m date_engine ...` as a user would; returns the CompletedProcess."""
+    return run_group([sys.executable, "-m", "date_engine", *args], env=env, timeout=timeout)
+
+
+def final_model(run_dir: Path) -> dict[str, torch.Tensor]:
+    newest = sorted((run_dir / "checkpoints").glob("step-*.pt"))[-1]
+    return torch.load(newest, weights_only=True)["model"]
+
+
+def metrics(run_dir: Path, drop=("samples_per_s", "time_s")) -> list[dict]:
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in line.items() if k not in drop} for line in lines]
+
+
+def max_relative_difference(a: dict, b: dict) -> float:
+    return max(((a[k] - b[k]).abs().max() / a[k].abs().max().clamp_min(1e-12)).item() for k in a)
+
+
+
+
+def start(*args, env=None) -> subprocess.Popen:
+    """Start `python -m date_engine ...` in a session of its own (finish() it)."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "date_engine", *map(str, args)], cwd=ROOT,
+                            env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
