@@ -137,3 +137,45 @@ def test_fuzz_date_plan(overrides, batch, nproc, micro, as_json):
     assert result.exit_code in (0, 2), (args, result.output)
     assert result.exception is None or isinstance(result.exception, SystemExit), \
         (args, repr(result.exception))
+
+
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
+                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),
+                    st.sampled_from(["sgd", "rmsprop", "lamb", "dynamic", "static", "off", "paper",
+                                     "sqrt", "legw", "lenet-digits", "lenet-mnist", "x:y"]))
+SECTIONS = {
+    "baseline": ["batch_size", "lr", "warmup_epochs", "epochs", "iterations", "dataset_size",
+                 "optimizer"],
+    "date": ["rule", "scaling", "warmup", "warmup_shape", "lr_floor", "layer_ratio"],
+    "train": ["micro_batch", "seed", "log_every", "grad_clip", "output_dir"],
+    "model": ["hidden", "layers"],
+}
+SECTION = st.sampled_from(sorted(SECTIONS)).flatmap(
+    lambda name: st.tuples(st.just(name), st.dictionaries(
+        st.sampled_from(SECTIONS[name] + ["bogus"]),
+        st.one_of(SCALARS, st.dictionaries(st.sampled_from(["name", "mode", "gamma", "betas"]),
+                                           SCALARS, max_size=2), st.lists(SCALARS, max_size=3)),
+        max_size=6)))
+VALID = {"batch_size": 16, "lr": 0.001, "warmup_epochs": 1, "epochs": 4, "dataset_size": 1437}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(sections=st.lists(SECTION, max_size=4), start_valid=st.booleans(),
+       recipe=st.one_of(st.none(), SCALARS), batch=st.integers(1, 5000))
+def test_fuzz_spec_files(spec_file, sections, start_valid, recipe, batch):
+    """Any YAML mapping of spec-like sections, valid or not: exit 0 or 2, no traceback, no hang."""
+    import yaml
+
+    raw = {"baseline": dict(VALID)} if start_valid else {}
+    for name, values in sections:
+        raw.setdefault(name, {}).update(values)
+    if recipe is not None:
+        raw["recipe"] = recipe
+    path = spec_file(yaml.safe_dump(raw, allow_unicode=True))
+    began = time.perf_counter()
+    result = invoke("plan", path, "--batch", batch, "--json")
+    assert time.perf_counter() - began < 5, raw
+    assert result.exit_code in (0, 2), (raw, result.output)
+    assert result.exception is None or isinstance(result.exception, SystemExit), \
+        (raw, repr(result.exception))
