@@ -1,5 +1,5 @@
 """``python -m date_engine`` runs the ``date`` command line."""
 
-from date_engine.cli import main
+from date_engine.cli import main_engine
 
-main()
+main_engine()

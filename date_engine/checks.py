@@ -16,6 +16,7 @@ __all__ = [
     "check_port",
     "output_file",
     "output_folder",
+    "parse_size",
 ]
 
 BACKENDS = ("gloo", "nccl", "mpi")
@@ -61,6 +62,19 @@ def _writable_ancestor(start: Path, path: Path, option: str) -> None:
     except OSError as exc:
         raise DateError(f"{option} {path}: cannot write in {folder} ({exc.strerror}); choose "
                         "another place.") from None
+
+
+def parse_size(text: str, option: str) -> int:
+    """A batch size as users write it: ``8192`` or ``8k`` (k = 1024)."""
+    part = text.strip()
+    try:
+        value = int(part[:-1]) * 1024 if part[-1:] in ("k", "K") else int(part)
+    except ValueError:
+        raise DateError(f"{option}: {text!r} is not a whole number; write e.g. {option} 8192 or "
+                        f"{option} 8k.") from None
+    if value < 1:
+        raise DateError(f"{option} must be a positive whole number, got {value}.")
+    return value
 
 
 def check_port(port: int | None, option: str) -> None:

@@ -19,6 +19,7 @@ from date_engine.checks import (
     check_port,
     output_file,
     output_folder,
+    parse_size,
 )
 from date_engine.errors import DateError
 from date_engine.spec import Spec, load_spec
@@ -30,20 +31,33 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
-SpecArg = Annotated[Path, typer.Argument(metavar="SPEC", help="Baseline YAML (see recipes/).",
-                                         show_default=False)]
-BatchOpt = Annotated[int, typer.Option("--batch", "-b", help="Target global batch size B.",
-                                       show_default=False)]
+
+def _opt(*names: str, help: str, **kwargs) -> typer.models.OptionInfo:
+    """An option that takes a value (no default shown unless asked)."""
+    return typer.Option(*names, help=help, show_default=kwargs.pop("show_default", False),
+                        **kwargs)
+
+
+def _flag(*names: str, help: str, **kwargs) -> typer.models.OptionInfo:
+    """An on/off option: given or not, it takes no value."""
+    return typer.Option(*names, help=help, metavar=" ", show_default=False, **kwargs)
+
+
+SpecArg = Annotated[str, typer.Argument(
+    metavar="SPEC", show_default=False,
+    help="Baseline YAML, or the name of a shipped one (date recipes lists them).")]
+BatchOpt = Annotated[str, _opt("--batch", "-b", metavar="B",
+                               help="Target global batch size B (8k = 8192).")]
 NprocOpt = Annotated[int, typer.Option("--nproc", "-n", help="Processes (data-parallel replicas).")]
-MicroOpt = Annotated[Optional[int], typer.Option(
+MicroOpt = Annotated[Optional[int], _opt(
     "--micro-batch", help="Samples per process per pass (default: train.micro_batch, else the "
-    "recipe's, fitted to B/nproc).",
-    show_default=False)]
-SetOpt = Annotated[Optional[list[str]], typer.Option(
-    "--set", help="Override a spec value, e.g. --set baseline.lr=0.1 (repeatable).",
-    show_default=False)]
+    "recipe's, fitted to B/nproc).")]
+SetOpt = Annotated[Optional[list[str]], _opt(
+    "--set", metavar="KEY=VALUE", help="Override a spec value, e.g. --set baseline.lr=0.1 "
+    "(repeatable).")]
 
 
 @contextmanager
@@ -52,31 +66,59 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except DateError as exc:
-        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/] {exc}",
-                                                                    markup=True)
+        from date_engine.view.console import error_line
+
+        Console(stderr=True, highlight=False, soft_wrap=True).print(error_line(str(exc)))
         raise typer.Exit(2) from None
 
 
+def _version(value: bool) -> None:
+    if value:
+        from date_engine import __version__
+
+        print(f"date-engine {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
-    """DATE (Dynamic Adaptive-Tuning Engine, You et al., SC'19): from a working baseline, derive a
-    sqrt-scaled learning rate, a linear-epoch warmup, a decay to a floor and clamped per-layer
-    ratios for a large batch."""
+def _root(version: Annotated[bool, _flag("--version", callback=_version, is_eager=True,
+                                         help="Print the version and exit.")] = False) -> None:
+    """DATE (Dynamic Adaptive-Tuning Engine, You et al., SC'19): from a small-batch run that
+    works, derive the large batch's learning rate, warmup, decay and the optimizer's
+    batch-dependent settings, and train with them.
+
+    `date` with no command, or with an option or +FORMAT of the system's date (date +%s, date -u),
+    is the system's date; `date-engine` is this tool alone."""
 
 
-PlanJsonOpt = Annotated[bool, typer.Option("--json", help="Print the plan as one JSON object.")]
-PlotOpt = Annotated[Optional[Path], typer.Option(
-    "--plot", help="Also draw the LR curve into this PNG.", show_default=False)]
-CompareOpt = Annotated[bool, typer.Option(
-    "--compare", help="Show beside it the other rule (the paper's, or DATE's default) and linear "
-    "scaling + constant warmup (Goyal et al.).")]
+def _spec(arg: str, overrides: list[str] | None) -> tuple[Path, Spec]:
+    """SPEC as a file, else as the name of a shipped baseline; validated, overrides applied."""
+    from date_engine.recipes import shipped_specs
+
+    path = Path(arg)
+    if not path.exists() and path.suffix == "" and len(path.parts) == 1:
+        shipped = shipped_specs()
+        if arg not in shipped:
+            raise DateError(f"{arg}: no such file, and no shipped baseline of that name; give a "
+                            f"YAML path, or one of {', '.join(shipped)}.")
+        path = shipped[arg]
+    return path, load_spec(path, overrides or ())
 
 
-@app.command("plan")
-def plan_command(spec_path: SpecArg, batch: BatchOpt, nproc: NprocOpt = 1,
-                 micro_batch: MicroOpt = None, overrides: SetOpt = None,
-                 as_json: PlanJsonOpt = False, plot: PlotOpt = None,
-                 compare: CompareOpt = False) -> None:
+# ---------------------------------------------------------------------------------- date plan
+
+
+@app.command("plan", epilog="Example: date plan lenet-mnist --batch 8k --compare")
+def plan_command(
+    spec_arg: SpecArg, batch: BatchOpt, nproc: NprocOpt = 1, micro_batch: MicroOpt = None,
+    overrides: SetOpt = None,
+    as_json: Annotated[bool, _flag("--json", help="Print the plan as one JSON object.")] = False,
+    plot: Annotated[Optional[Path], _opt(
+        "--plot", help="Also draw the LR curve into this PNG (or .pdf, .svg).")] = None,
+    compare: Annotated[bool, _flag("--compare", help="Show beside it the other rule (the "
+                                   "paper's, or DATE's default) and linear scaling + constant "
+                                   "warmup (Goyal et al.).")] = False,
+) -> None:
     """Show every number DATE derives for BATCH, with its formula, before any training."""
     from date_engine.plan import resolve_plan
     from date_engine.sweep.schemes import SCHEMES, scheme_spec
@@ -84,29 +126,28 @@ def plan_command(spec_path: SpecArg, batch: BatchOpt, nproc: NprocOpt = 1,
     with user_errors():
         if plot is not None:
             output_file(plot, "--plot", (".png", ".pdf", ".svg"))
-        spec = load_spec(spec_path, overrides or ())
-        recipe = _known_recipe(spec)
-        planned = resolve_plan(spec, batch, nproc, micro_batch, recipe)
+        path, spec = _spec(spec_arg, overrides)
+        size, recipe = parse_size(batch, "--batch"), _known_recipe(spec)
+        planned = resolve_plan(spec, size, nproc, micro_batch, recipe)
         others = {}
         if compare:  # the other rule, and what most people do today
             for name in ("paper" if spec.date.rule == "date" else "date", "linear"):
-                scheme = scheme_spec(spec, SCHEMES[name])
-                others[name] = resolve_plan(scheme, batch, nproc, micro_batch, recipe).plan
+                other = scheme_spec(spec, SCHEMES[name])
+                others[name] = resolve_plan(other, size, nproc, micro_batch, recipe).plan
         if plot is not None:
             from date_engine.view.plan import scheme_name
             from date_engine.view.plots import save_lr_plot
 
-            curves = [(scheme_name(planned.plan), planned.plan), *others.items()]
-            save_lr_plot(plot, curves)
+            save_lr_plot(plot, [(scheme_name(planned.plan), planned.plan), *others.items()])
         if as_json:
             document = planned.to_dict()
             if others:
                 document["compare"] = {name: p.to_dict() for name, p in others.items()}
             print(json.dumps(document, indent=2))
         else:
-            _print_plan(spec_path, spec, planned, others)
+            _print_plan(path, spec, planned, others)
         if plot is not None:
-            Console(stderr=True).print(f"LR curve written to {plot}")
+            Console(stderr=True).print(f"LR curve written to {plot}", markup=False)
 
 
 def _known_recipe(spec: Spec):
@@ -133,82 +174,52 @@ def _print_plan(path: Path, spec: Spec, planned, others) -> None:
         console.print(render_comparison(planned.plan, others, chart_width=width))
 
 
-def _option(*names: str, help: str, **kwargs) -> typer.models.OptionInfo:
-    return typer.Option(*names, help=help, show_default=kwargs.pop("show_default", False), **kwargs)
+# ---------------------------------------------------------------------------------- date scale
 
-
-OutputOpt = Annotated[Optional[Path], _option(
+OutputOpt = Annotated[Optional[Path], _opt(
     "--output-dir", "-o", help="Run folder (default: train.output_dir, else "
-        "runs/<recipe>-B<batch>).")]
-ResumeOpt = Annotated[
-    bool, typer.Option("--resume", help="Continue from the newest valid checkpoint.")
-]
-ReplanOpt = Annotated[
-    bool,
-    typer.Option(
-        "--force-replan",
-        help="Resume a checkpoint written for another plan (batch, processes, spec).",
-    ),
-]
-DryRunOpt = Annotated[
-    bool,
-    typer.Option(
-        "--dry-run", help="Validate everything, then 2 tiny steps on the CPU in a temporary folder."
-    ),
-]
-MaxStepsOpt = Annotated[
-    Optional[int],
-    _option(
-        "--max-steps",
-        help="Stop after this optimizer step (checkpointed; the schedule is unchanged).",
-        min=1,
-    ),
-]
-PrecisionOpt = Annotated[
-    Optional[str],
-    _option("--precision", help="fp32 | bf16 | fp16 (CUDA only; default: train.precision)."),
-]
-CompileOpt = Annotated[bool, typer.Option("--compile", help="torch.compile the model (CUDA only).")]
-RecipeOpt = Annotated[
-    Optional[str],
-    _option("--recipe", help="Recipe name or package.module:function (default: the spec's)."),
-]
-BackendOpt = Annotated[
-    Optional[str],
-    _option("--backend", help="Process-group backend (default: nccl on CUDA, gloo on CPU)."),
-]
-NnodesOpt = Annotated[int, typer.Option("--nnodes", help="Nodes in the job.", min=1)]
-NodeRankOpt = Annotated[
-    Optional[int],
-    _option("--node-rank", help="This node's rank (static rendezvous at --master-addr)."),
-]
-RdzvEndpointOpt = Annotated[
-    Optional[str], _option("--rdzv-endpoint", help="host:port of the c10d rendezvous (multi-node).")
-]
+    "runs/<recipe>-B<batch>, then -2, -3, ... for each new run).")]
+ResumeOpt = Annotated[bool, _flag(
+    "--resume", help="Continue from the newest valid checkpoint (of the newest default run "
+    "folder, without --output-dir).")]
+ReplanOpt = Annotated[bool, _flag(
+    "--force-replan", help="Resume a checkpoint written for another plan (batch, processes, "
+    "spec).")]
+DryRunOpt = Annotated[bool, _flag(
+    "--dry-run", help="Validate everything, then 2 tiny steps on the CPU in a temporary folder.")]
+MaxStepsOpt = Annotated[Optional[int], _opt(
+    "--max-steps", min=1, help="Stop after this optimizer step (checkpointed; the schedule is "
+    "unchanged).")]
+PrecisionOpt = Annotated[Optional[str], _opt(
+    "--precision", help="fp32 | bf16 | fp16 (CUDA only; default: train.precision).")]
+CompileOpt = Annotated[bool, _flag("--compile", help="torch.compile the model (CUDA only).")]
+RecipeOpt = Annotated[Optional[str], _opt(
+    "--recipe", help="Recipe name or package.module:function (default: the spec's).")]
+BackendOpt = Annotated[Optional[str], _opt(
+    "--backend", help="Process-group backend: gloo, nccl or mpi (default: nccl on CUDA, gloo on "
+    "CPU).")]
+NnodesOpt = Annotated[int, typer.Option("--nnodes", min=1, help="Nodes in the job.")]
+NodeRankOpt = Annotated[Optional[int], _opt(
+    "--node-rank", help="This node's rank (static rendezvous at --master-addr).")]
+RdzvEndpointOpt = Annotated[Optional[str], _opt(
+    "--rdzv-endpoint", help="host:port of the c10d rendezvous (multi-node).")]
 RdzvIdOpt = Annotated[str, typer.Option("--rdzv-id", help="Job id shared by all nodes.")]
-MasterAddrOpt = Annotated[Optional[str], _option("--master-addr", help="Static rendezvous host.")]
-MasterPortOpt = Annotated[Optional[int], _option("--master-port", help="Static rendezvous port.")]
-RestartsOpt = Annotated[
-    int,
-    typer.Option(
-        "--max-restarts",
-        help="Restart failed workers this often (they resume from the newest checkpoint).",
-        min=0,
-    ),
-]
-ScaleJsonOpt = Annotated[
-    bool,
-    typer.Option(
-        "--json",
-        help="At the end, print the run's plan and summary as one JSON object on stdout "
-        "(everything else goes to stderr).",
-    ),
-]
+MasterAddrOpt = Annotated[Optional[str], _opt("--master-addr", help="Static rendezvous host.")]
+MasterPortOpt = Annotated[Optional[int], _opt("--master-port", help="Static rendezvous port.")]
+RestartsOpt = Annotated[int, typer.Option(
+    "--max-restarts", min=0, help="Restart failed workers this often (they resume from the newest "
+    "checkpoint).")]
+ScaleJsonOpt = Annotated[bool, _flag(
+    "--json", help="At the end, print the run's plan and summary as one JSON object on stdout "
+    "(everything else goes to stderr).")]
+SCALE_EXAMPLES = ("Examples: date scale lenet-digits --batch 256 | date scale my.yaml --batch 8k "
+                  "--nproc 8 | date scale my.yaml --batch 8k --dry-run --json | date scale my.yaml "
+                  "--batch 8k --resume")
 
 
-@app.command("scale")
+@app.command("scale", epilog=SCALE_EXAMPLES)
 def scale_command(
-    spec_path: SpecArg, batch: BatchOpt, nproc: NprocOpt = 1, micro_batch: MicroOpt = None,
+    spec_arg: SpecArg, batch: BatchOpt, nproc: NprocOpt = 1, micro_batch: MicroOpt = None,
     overrides: SetOpt = None, output_dir: OutputOpt = None, resume: ResumeOpt = False,
     force_replan: ReplanOpt = False, dry_run: DryRunOpt = False, max_steps: MaxStepsOpt = None,
     precision: PrecisionOpt = None, compile: CompileOpt = False, recipe: RecipeOpt = None,
@@ -219,9 +230,9 @@ def scale_command(
 ) -> None:
     """Train the spec's recipe at BATCH with the DATE plan: one process, several, or nodes."""
     with user_errors():
-        spec = load_spec(spec_path, overrides or ())
-        recipe_ref = recipe or spec.recipe
-        found = _recipe_to_train(spec_path, spec, recipe_ref, option=True)
+        path, spec = _spec(spec_arg, overrides)
+        size, recipe_ref = parse_size(batch, "--batch"), recipe or spec.recipe
+        found = _recipe_to_train(path, spec, recipe_ref, option=True)
         if precision is not None and precision not in ("fp32", "bf16", "fp16"):
             raise DateError(f"--precision must be fp32, bf16 or fp16, got {precision!r}.")
         _check_launch(nproc, backend, rdzv_endpoint, master_port)
@@ -233,17 +244,15 @@ def scale_command(
         job = job_environment()  # started by torchrun or srun: that job's size is the truth
         world = job.world_size if job.launcher != "none" else nproc * nnodes
         if spec.baseline.dataset_size or found.dataset_size:  # else n is known once data loads
-            resolve_plan(spec, batch, world, micro_batch, found)  # refuse before any process starts
-        run_dir = output_dir or Path(spec.train.output_dir or f"runs/{found.name}-B{batch}")
-        if not dry_run:
-            output_folder(run_dir, "--output-dir" if output_dir else "train.output_dir")
+            resolve_plan(spec, size, world, micro_batch, found)  # refuse before any process starts
+        run_dir = _run_folder(output_dir, spec, f"runs/{found.name}-B{size}", resume,
+                              versioned=job.launcher == "none" and nnodes == 1, dry_run=dry_run)
         config = RunConfig(
-            spec=spec.model_dump(mode="json", exclude_none=True), spec_path=str(spec_path),
-            recipe=recipe_ref, batch=batch, world_size=world, micro_batch=micro_batch,
-            output_dir=str(run_dir),
-            resume=resume, force_replan=force_replan, dry_run=dry_run, max_steps=max_steps,
-            precision=precision or spec.train.precision, compile=compile, backend=backend,
-            rerun_command=_continue_command(sys.argv[2:]) if sys.argv[1:2] == ["scale"] else "",
+            spec=spec.model_dump(mode="json", exclude_none=True), spec_path=str(path),
+            recipe=recipe_ref, batch=size, world_size=world, micro_batch=micro_batch,
+            output_dir=str(run_dir), resume=resume, force_replan=force_replan, dry_run=dry_run,
+            max_steps=max_steps, precision=precision or spec.train.precision, compile=compile,
+            backend=backend, rerun_command=_continue_command(sys.argv, run_dir, output_dir),
             print_json=as_json)
         options = LaunchOptions(nproc=nproc, nnodes=nnodes, node_rank=node_rank,
                                 rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id,
@@ -254,8 +263,21 @@ def scale_command(
         raise typer.Exit(code)
 
 
-def _check_launch(nproc: int, backend: str | None, endpoint: str | None,
-                  port: int | None) -> None:
+def _run_folder(output_dir: Path | None, spec: Spec, default: str, resume: bool, versioned: bool,
+                dry_run: bool) -> Path:
+    """``--output-dir``, else ``train.output_dir``, else a new versioned default folder (the
+    newest one with checkpoints when resuming)."""
+    from date_engine.runfolder import default_run_folder
+
+    if output_dir is None and spec.train.output_dir is None and versioned:
+        return default_run_folder(Path(default), resume)
+    run_dir = output_dir or Path(spec.train.output_dir or default)
+    if not dry_run:
+        output_folder(run_dir, "--output-dir" if output_dir else "train.output_dir")
+    return run_dir
+
+
+def _check_launch(nproc: int, backend: str | None, endpoint: str | None, port: int | None) -> None:
     """The launch options, before any process starts."""
     if nproc < 1:
         raise DateError(f"--nproc must be a positive whole number, got {nproc}.")
@@ -268,92 +290,67 @@ def _check_launch(nproc: int, backend: str | None, endpoint: str | None,
 
 
 def _recipe_to_train(spec_path: Path, spec: Spec, ref: str | None, option: bool = False):
-    """The recipe a training command runs, its model options checked before any process starts.
-    ``option``: the command has a --recipe option to name it with."""
+    """The recipe a training command runs, its model options and the packages it needs checked
+    before any process starts. ``option``: the command has a --recipe option to name it with."""
     from date_engine.recipes import get_recipe
 
     if ref is None:
         hint = " or pass --recipe" if option else ""
-        raise DateError(
-            f"{spec_path}: no recipe to train; add 'recipe: <name>' to the spec{hint} "
-            "(see `date recipes`)."
-        )
+        raise DateError(f"{spec_path}: no recipe to train; add 'recipe: <name>' to the spec{hint} "
+                        "(see `date recipes`).")
     found = get_recipe(ref)
     found.parse_options(spec.model)  # a bad model option fails here
+    found.check_requirements()
     return found
 
 
-def _continue_command(args: list[str]) -> str:
-    """The command line that continues this run: without --resume and --max-steps."""
+def _continue_command(argv: list[str], run_dir: Path, output_dir: Path | None) -> str:
+    """The command line that continues this run: without --resume and --max-steps, and naming
+    the run folder when it was chosen by default (a new run would take the next one)."""
+    if argv[1:2] != ["scale"]:
+        return ""
     kept, skip = [], False
-    for arg in args:
+    for arg in argv[2:]:
         if skip:
             skip = False
         elif arg == "--max-steps":
             skip = True
         elif arg != "--resume" and not arg.startswith("--max-steps="):
             kept.append(shlex.quote(arg))
+    if output_dir is None:
+        kept += ["-o", shlex.quote(str(run_dir))]
     return " ".join(["date", "scale", *kept])
 
 
-BatchesOpt = Annotated[
-    str,
-    _option(
-        "--batches",
-        help="Global batch sizes, comma-separated (8k = 8192). The baseline's batch is "
-        "always run, as the reference.",
-    ),
-]
-SchemesOpt = Annotated[
-    str, typer.Option("--schemes", help="Comma-separated: date, linear, none, lars, lamb, adam.")
-]
-RepeatsOpt = Annotated[
-    int,
-    typer.Option("--repeats", "-r", min=1, help="Seeds per cell: train.seed, train.seed + 1, ..."),
-]
-JobsOpt = Annotated[
-    int,
-    typer.Option(
-        "--jobs", "-j", min=1, help="Cells trained at once (the CPU threads are shared out)."
-    ),
-]
-SweepOutputOpt = Annotated[
-    Optional[Path],
-    _option("--output-dir", "-o", help="Sweep folder (default: sweeps/<spec name>)."),
-]
-GridOpt = Annotated[
-    str,
-    typer.Option(
-        "--lr-grid", help="Peak LRs tried by lars, lamb and adam; the best per batch is kept."
-    ),
-]
-ToleranceOpt = Annotated[
-    str,
-    typer.Option(
-        "--tolerance",
-        help="How close to the baseline's metric counts as holding it: an amount in "
-        "the metric's units (0.3) or a percentage (5%).",
-    ),
-]
-EvalsOpt = Annotated[
-    int,
-    typer.Option(
-        "--evals",
-        min=1,
-        help="Evaluations per cell, evenly spaced (time-to-accuracy is read at them).",
-    ),
-]
-ReportOnlyOpt = Annotated[
-    bool,
-    typer.Option(
-        "--report-only", help="Train nothing; write the report from the cells already run."
-    ),
-]
+# ---------------------------------------------------------------------------------- date sweep
+
+BatchesOpt = Annotated[str, _opt(
+    "--batches", help="Global batch sizes, comma-separated (8k = 8192). The baseline's batch is "
+    "always run, as the reference.")]
+SchemesOpt = Annotated[str, typer.Option(
+    "--schemes", help="Comma-separated: date, paper, linear, none, lars, lamb, adam.")]
+RepeatsOpt = Annotated[int, typer.Option(
+    "--repeats", "-r", min=1, help="Seeds per cell: train.seed, train.seed + 1, ...")]
+JobsOpt = Annotated[int, typer.Option(
+    "--jobs", "-j", min=1, help="Cells trained at once (the CPU threads are shared out).")]
+SweepOutputOpt = Annotated[Optional[Path], _opt(
+    "--output-dir", "-o", help="Sweep folder (default: sweeps/<spec name>).")]
+GridOpt = Annotated[str, typer.Option(
+    "--lr-grid", help="Peak LRs tried by lars, lamb and adam; the best per batch is kept.")]
+ToleranceOpt = Annotated[str, typer.Option(
+    "--tolerance", help="How close to the baseline's metric counts as holding it: an amount in "
+    "the metric's units (0.3) or a percentage (5%).")]
+EvalsOpt = Annotated[int, typer.Option(
+    "--evals", min=1, help="Evaluations per cell, evenly spaced (time-to-accuracy is read at "
+    "them).")]
+ReportOnlyOpt = Annotated[bool, _flag(
+    "--report-only", help="Train nothing; write the report from the cells already run.")]
 
 
-@app.command("sweep")
+@app.command("sweep", epilog="Example: date sweep lenet-digits --batches 64,256 --schemes "
+             "date,paper,linear --repeats 2 --jobs 2")
 def sweep_command(
-    spec_path: SpecArg, batches: BatchesOpt, schemes: SchemesOpt = "date,linear",
+    spec_arg: SpecArg, batches: BatchesOpt, schemes: SchemesOpt = "date,linear",
     repeats: RepeatsOpt = 1, nproc: NprocOpt = 1, jobs: JobsOpt = 1,
     output_dir: SweepOutputOpt = None, overrides: SetOpt = None, lr_grid: GridOpt = DEFAULT_LR_GRID,
     tolerance: ToleranceOpt = "1%", evals: EvalsOpt = 10, report_only: ReportOnlyOpt = False,
@@ -363,34 +360,28 @@ def sweep_command(
     Trains the baseline and every (batch, scheme, seed) cell through `date scale`; a re-run skips
     finished cells and resumes interrupted ones."""
     with user_errors():
-        from date_engine.sweep import (
-            SweepOptions,
-            Tolerance,
-            parse_batches,
-            parse_lr_grid,
-            parse_schemes,
-            plan_sweep,
-            run_sweep,
-        )
+        from date_engine.sweep import (SweepOptions, Tolerance, parse_batches,  # noqa: I001
+                                       parse_lr_grid, parse_schemes, plan_sweep, run_sweep)
 
-        spec = load_spec(spec_path, overrides or ())
-        recipe = _recipe_to_train(spec_path, spec, spec.recipe)
+        path, spec = _spec(spec_arg, overrides)
+        recipe = _recipe_to_train(path, spec, spec.recipe)
         options = SweepOptions(
             batches=parse_batches(batches), schemes=parse_schemes(schemes), repeats=repeats,
             lr_grid=tuple(parse_lr_grid(lr_grid)), tolerance=Tolerance.parse(tolerance),
             evals=evals, nproc=nproc, jobs=jobs)
-        root = output_folder(output_dir or Path("sweeps") / spec_path.stem, "--output-dir")
+        root = output_folder(output_dir or Path("sweeps") / path.stem, "--output-dir")
         cells = plan_sweep(spec, options, recipe)
         console = Console(highlight=False)
         command = " ".join(["date", *map(shlex.quote, sys.argv[1:])]) \
             if sys.argv[1:2] == ["sweep"] else ""
-        settings = {"spec": str(spec_path), "recipe": recipe.name,
-                    "overrides": list(overrides or ()), "command": command,
-                    "batches": options.batches, "schemes": [s.name for s in options.schemes],
-                    "repeats": repeats, "tolerance": str(options.tolerance)}
+        settings = {"spec": str(path), "recipe": recipe.name, "overrides": list(overrides or ()),
+                    "command": command, "batches": options.batches,
+                    "schemes": [s.name for s in options.schemes], "repeats": repeats,
+                    "tolerance": str(options.tolerance)}
         if not report_only:
             console.print(f"date sweep: {len(cells)} cells of {recipe.name} into {root}; finished "
-                          "cells are skipped, interrupted ones resumed.", soft_wrap=True)
+                          "cells are skipped, interrupted ones resumed.", soft_wrap=True,
+                          markup=False)
         summary, code = run_sweep(recipe, cells, options, root, settings, console,
                                   train=not report_only)
         if code != 2:  # after a refused input the error above is all there is to say
@@ -403,52 +394,107 @@ def sweep_command(
 
 
 def _print_verdicts(console: Console, summary, schemes: list[str], root: Path) -> None:
+    from rich.text import Text
+
     for scheme, verdict in summary.verdicts(schemes).items():
-        console.print(f"[bold]{scheme}[/]: {verdict}.", soft_wrap=True)
-    console.print(f"report: {root / 'report.md'}", soft_wrap=True)
+        console.print(Text.assemble((scheme, "bold"), f": {verdict}."), soft_wrap=True)
+    console.print(f"report: {root / 'report.md'}", soft_wrap=True, markup=False)
 
 
-@app.command("recipes")
-def recipes_command() -> None:
-    """List the registered recipes: model, data set, parameters, training samples, metric."""
+# ---------------------------------------------------------------------------------- date recipes
+
+recipes_app = typer.Typer(help="The registered recipes and the shipped baselines.",
+                          rich_markup_mode=None)
+app.add_typer(recipes_app, name="recipes")
+
+
+@recipes_app.callback(invoke_without_command=True)
+def recipes_command(ctx: typer.Context, as_json: Annotated[bool, _flag(
+        "--json", help="A JSON list, one object per recipe.")] = False) -> None:
+    """List the registered recipes: model, data set, parameters, training samples, metric.
+
+    A table on a terminal; one tab-separated line per recipe in a pipe; --json for scripts."""
+    if ctx.invoked_subcommand is not None:
+        return
     with user_errors():
         from date_engine.recipes import list_recipes
-        from date_engine.view.tables import recipes_table
+        from date_engine.view.tables import recipe_rows, recipes_table
 
-        Console().print(recipes_table(list_recipes()))
+        recipes = list_recipes()
+        if as_json:
+            print(json.dumps(recipe_rows(recipes), indent=2))
+        elif sys.stdout.isatty():
+            Console().print(recipes_table(recipes))
+        else:  # a pipe: every field whole, one line per recipe
+            for row in recipe_rows(recipes):
+                print("\t".join("" if v is None else str(v) for v in row.values()))
 
 
-data_app = typer.Typer(
-    help="Lay out data sets that install offline in the formats recipes read.", no_args_is_help=True
-)
+@recipes_app.command("copy", epilog="Example: date recipes copy lenet-mnist my-baseline.yaml")
+def recipes_copy_command(
+    name: Annotated[str, typer.Argument(help="A shipped baseline (date recipes lists the "
+                                        "recipes; their YAMLs carry these names).",
+                                        show_default=False)],
+    dest: Annotated[Optional[Path], typer.Argument(
+        help="Where to write it (default: NAME.yaml here).", show_default=False)] = None,
+    force: Annotated[bool, _flag("--force", help="Overwrite DEST if it exists.")] = False,
+) -> None:
+    """Copy a shipped baseline YAML to start your own spec from."""
+    with user_errors():
+        from date_engine.recipes import shipped_specs
+
+        shipped = shipped_specs()
+        if name not in shipped:
+            raise DateError(f"no shipped baseline '{name}'; choose one of {', '.join(shipped)}.")
+        target = dest or Path(f"{name}.yaml")
+        if target.is_dir():
+            target = target / f"{name}.yaml"
+        if target.exists() and not force:
+            raise DateError(f"{target} exists; pass --force to overwrite it, or choose another "
+                            "DEST.")
+        output_file(target, "DEST", (".yaml", ".yml"))
+        target.write_text(shipped[name].read_text())
+        print(f"{target}: a copy of the {name} baseline; edit it, then: date plan {target} "
+              "--batch B")
+
+
+# ---------------------------------------------------------------------------------- date data
+
+data_app = typer.Typer(help="Lay out data sets that install offline in the formats recipes read.",
+                       no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(data_app, name="data")
 
 
-@data_app.command("prepare")
+@data_app.command("prepare", epilog="Example: date data prepare mnist data/mnist")
 def data_prepare_command(
-    name: Annotated[
-        str, typer.Argument(help="mnist | fashion-mnist | shakespeare | en-de", show_default=False)
-    ],
-    dest: Annotated[
-        Path,
-        typer.Argument(help="Folder to write (train.data_dir of the recipe).", show_default=False),
-    ],
-    source: Annotated[
-        Optional[Path],
-        _option("--source", help="Where the source lies, when not where it installs by default."),
-    ] = None,
+    name: Annotated[str, typer.Argument(help="mnist | fashion-mnist | shakespeare | en-de",
+                                        show_default=False)],
+    dest: Annotated[Path, typer.Argument(help="Folder to write (train.data_dir of the recipe).",
+                                         show_default=False)],
+    source: Annotated[Optional[Path], _opt(
+        "--source", help="Where the source lies, when not where it installs by default.")] = None,
 ) -> None:
     """Write a real data set in the format its recipes read (substitutes are named as such)."""
     with user_errors():
         from date_engine.data.prepare import prepare
 
         output_folder(dest, "DEST")
-        Console(highlight=False, soft_wrap=True).print(prepare(name, dest, source))
+        Console(highlight=False, soft_wrap=True).print(prepare(name, dest, source), markup=False)
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """The ``date`` console script: date_engine's commands; anything else is the system's date
+    (:mod:`date_engine.sysdate`)."""
+    from date_engine.sysdate import hand_over, is_for_system_date
+
+    if is_for_system_date(sys.argv[1:]):
+        hand_over(sys.argv[1:])
     app(prog_name="date")
+
+
+def main_engine() -> None:
+    """The ``date-engine`` console script and ``python -m date_engine``: never the system's date."""
+    app(prog_name="date-engine" if Path(sys.argv[0]).name == "date-engine" else "date")
 
 
 if __name__ == "__main__":  # pragma: no cover

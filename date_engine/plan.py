@@ -308,24 +308,26 @@ _HALF_LIFE = ("the running average of g² spans the same samples: k× fewer, k×
 
 
 def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
-                dataset_size_source: str = "the training data") -> Plan:
+                dataset_size_source: str = "the training data", multiple_of: int = 1) -> Plan:
     """Derive the plan for training ``spec``'s baseline at global batch ``batch``.
 
     ``dataset_size`` is n when the spec does not give ``baseline.dataset_size`` (from a recipe or
     the data, named by ``dataset_size_source``). Raises :class:`PlanError` when no sound plan
-    exists (docs/algorithm.md §2).
+    exists (docs/algorithm.md §2); a batch it suggests instead is a multiple of ``multiple_of``
+    (the processes the batch is shared by), so that it is accepted.
     """
     base, date = spec.baseline, spec.date
     batch = _positive_int("--batch", batch)
-    n, source = _samples_per_epoch(spec, batch, dataset_size, dataset_size_source)
+    n, source = _samples_per_epoch(spec, dataset_size, dataset_size_source)
+    if batch > n:
+        raise PlanError(f"batch {batch} is larger than the data set ({n} samples, {source}); "
+                        f"choose --batch {largest_batch(spec, n, multiple_of)} or less.")
     b0, eta0, w0 = base.batch_size, base.lr, base.warmup_epochs
     d = _Ledger()
-    if base.iterations is not None:
-        i0 = base.iterations
-    else:  # the epochs the user wrote, as the decimal they wrote, so 0.1 epochs stays exact
-        i0 = d("I0", "baseline_iterations", math.ceil(Fraction(repr(base.epochs)) * n / b0),
-               "⌈E · n / B0⌉", f"⌈{fmt(base.epochs)} · {fmt(n)} / {fmt(b0)}⌉",
-               "baseline optimizer steps")
+    i0 = _baseline_steps(spec, n)
+    if base.iterations is None:  # derived from the epochs: shown
+        d("I0", "baseline_iterations", i0, "⌈E · n / B0⌉",
+          f"⌈{fmt(base.epochs)} · {fmt(n)} / {fmt(b0)}⌉", "baseline optimizer steps")
     if i0 > MAX_STEPS:
         raise PlanError(f"the baseline would take {i0:,} optimizer steps (⌈E · n / B0⌉), more than "
                         f"{MAX_STEPS:,}; check baseline.epochs, dataset_size and batch_size.")
@@ -354,7 +356,8 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         max_batch = d("B_max", "max_legw_batch", math.ceil(b0 * total_epochs / w0) - 1,
                       "largest B < B0 · E_tot / w0", f"{fmt(b0)} · {fmt(total_epochs)} / {fmt(w0)}",
                       "beyond it LEGW's warmup outlasts training")
-    _refuse_unsound(spec, batch, k, warmup_epochs, total_epochs, max_batch, peak)
+    _refuse_unsound(spec, batch, k, warmup_epochs, total_epochs,
+                    largest_batch(spec, n, multiple_of), peak)
     optimizer = _optimizer(d, spec, k, p)
     return Plan(
         baseline_batch=b0, target_batch=batch, dataset_size=n, dataset_size_source=source,
@@ -367,9 +370,27 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
     )
 
 
-def _samples_per_epoch(
-    spec: Spec, batch: int, dataset_size: int | None, source: str
-) -> tuple[int, str]:
+def largest_batch(spec: Spec, n: int, multiple_of: int = 1) -> int:
+    """The largest batch a plan of ``spec`` accepts: no larger than the data set (n) nor than
+    LEGW's limit, a multiple of ``multiple_of``."""
+    base = spec.baseline
+    limit = n
+    if (spec.date.warmup or "legw") == "legw" and base.warmup_epochs > 0:
+        total_epochs = _baseline_steps(spec, n) * base.batch_size / n
+        limit = min(n, math.ceil(base.batch_size * total_epochs / base.warmup_epochs) - 1)
+    return max(limit - limit % multiple_of, multiple_of)
+
+
+def _baseline_steps(spec: Spec, n: int) -> int:
+    """I0: the spec's iterations, or ⌈E·n/B0⌉ from its epochs (as the decimal written, so that 0.1
+    epochs stays exact)."""
+    base = spec.baseline
+    if base.iterations is not None:
+        return base.iterations
+    return math.ceil(Fraction(repr(base.epochs)) * n / base.batch_size)
+
+
+def _samples_per_epoch(spec: Spec, dataset_size: int | None, source: str) -> tuple[int, str]:
     """n and where it came from: the spec's ``baseline.dataset_size``, else ``dataset_size``."""
     if spec.baseline.dataset_size is not None:
         n, source = spec.baseline.dataset_size, "baseline.dataset_size"
@@ -379,11 +400,6 @@ def _samples_per_epoch(
         raise PlanError(
             "baseline.dataset_size is missing and no recipe supplies it; add "
             "'dataset_size: <training samples>' under baseline."
-        )
-    if batch > n:
-        raise PlanError(
-            f"batch {batch} is larger than the data set ({n} samples, {source}); "
-            f"choose --batch {n} or less."
         )
     return n, source
 
@@ -521,9 +537,10 @@ def resolve_plan(
         n, source = recipe.dataset_size, f"recipe {recipe.name}"
     else:
         n, source = dataset_size, "the training data"
-    plan = derive_plan(spec, batch, dataset_size=n, dataset_size_source=source)
-    micro = micro_batch if micro_batch is not None else spec.train.micro_batch
     world_size = _positive_int("--nproc (world size)", world_size)
+    plan = derive_plan(spec, batch, dataset_size=n, dataset_size_source=source,
+                       multiple_of=world_size)
+    micro = micro_batch if micro_batch is not None else spec.train.micro_batch
     if micro is None and recipe is not None and batch % world_size == 0:
         share = batch // world_size
         micro = next(d for d in range(min(share, recipe.default_micro_batch), 0, -1)

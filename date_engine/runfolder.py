@@ -9,6 +9,7 @@
     <run>/tensorboard/      the same scalars, when tensorboard is installed
     <run>/checkpoints/step-XXXXXXXX.pt
     <run>/summary.json      how the run ended
+    <run>/curves.png        loss, metric, LR and DATE's ratio spread against steps (matplotlib)
     <run>/FAILED.json       why it stopped, after a non-finite loss
     <run>/LOCK              who writes the folder now (an flock: released when that process dies)
 
@@ -38,7 +39,8 @@ import yaml
 from date_engine.errors import DateError
 from date_engine.plan import RunPlan
 
-__all__ = ["MetricsLog", "RunFolder", "RunLock", "RunSummary", "eval_record", "train_record"]
+__all__ = ["MetricsLog", "RunFolder", "RunLock", "RunSummary", "default_run_folder", "eval_record",
+           "train_record"]
 
 _CHECKPOINT = re.compile(r"^step-(\d{8})\.pt$")
 
@@ -117,6 +119,10 @@ class RunFolder:
     @property
     def summary_path(self) -> Path:
         return self.root / "summary.json"
+
+    @property
+    def curves_path(self) -> Path:
+        return self.root / "curves.png"
 
     @property
     def failure_path(self) -> Path:
@@ -246,6 +252,24 @@ class RunFolder:
             if isinstance(record, dict) and "step" in record:
                 records.append(record)
         return records
+
+
+def default_run_folder(base: Path, resume: bool) -> Path:
+    """The run folder a command gets when it names none: ``base`` if it holds no run yet, else
+    the first free of ``base-2``, ``base-3``, ... (so that running a command again starts a new
+    run, as Lightning's versions do); with ``resume``, the newest of them that holds checkpoints
+    (``base`` itself when none does, so that --resume says there is nothing to resume)."""
+    versions = [base] + [base.with_name(f"{base.name}-{i}") for i in range(2, 10_000)]
+    taken = []
+    for folder in versions:
+        run = RunFolder(folder)
+        if not (run.plan_path.exists() or run.checkpoints()):
+            break
+        taken.append(run)
+    if resume:
+        with_checkpoints = [r.root for r in taken if r.checkpoints()]
+        return with_checkpoints[-1] if with_checkpoints else base
+    return versions[len(taken)]
 
 
 class RunLock:

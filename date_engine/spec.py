@@ -208,7 +208,8 @@ class BaselineSpec(_Section):
             given = "both" if self.iterations is not None else "neither"
             raise ValueError(
                 "give exactly one of 'iterations' or 'epochs' for the baseline's length "
-                f"(got {given})"
+                f"(got {given}; with --set, clear the other, e.g. --set baseline.iterations=null "
+                "--set baseline.epochs=5)"
             )
         return self
 

@@ -27,6 +27,8 @@ def main(spec_path: str, batch: int) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3 or not sys.argv[2].isdigit():
+        sys.exit(f"usage: python {sys.argv[0]} SPEC.yaml BATCH, e.g. recipes/lenet-mnist.yaml 8192")
     try:
         main(sys.argv[1], int(sys.argv[2]))
     except DateError as exc:

@@ -20,11 +20,11 @@ SHORT = ["--set", "baseline.epochs=10", "--set", "baseline.warmup_epochs=0.5"]  
 TWO = ["--batch", 256, "--nproc", 2, *SHORT, "--set", "train.checkpoint_every=4"]
 
 
-def run_group(cmd, env=None, timeout=240):
+def run_group(cmd, env=None, timeout=240, cwd=ROOT):
     """Run a command in its own process group; on timeout kill the whole group (torchrun's
     workers included), so that a hang fails the test without leaving processes behind."""
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", **(env or {})}
-    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=full_env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)

@@ -302,16 +302,3 @@ def test_bad_input_exits_2_before_training(args, message, tmp_path):
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
-
-
-def test_recipes_command_lists_lenet_digits():
-    from date_engine.models.lenet import LeNet
-
-    result = date("recipes")
-    assert result.returncode == 0
-    params = sum(p.numel() for p in LeNet(image_size=8).parameters())
-    assert (
-        "lenet-digits" in result.stdout
-        and f"{params:,}" in result.stdout
-        and "1,437" in result.stdout
-    )

@@ -18,11 +18,13 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from date_engine.errors import DateError
 
-__all__ = ["DataOptions", "Recipe", "RecipeData", "get_recipe", "list_recipes", "register_recipe"]
+__all__ = ["DataOptions", "Recipe", "RecipeData", "get_recipe", "list_recipes", "register_recipe",
+           "shipped_specs"]
 
 ENTRY_POINT_GROUP = "date_engine.recipes"
 _BUILTIN_MODULES = (
@@ -90,6 +92,18 @@ class Recipe:
     options: type | None = None
     """A pydantic model of the recipe's options (the spec's ``model:`` section), or None."""
     description: str = ""
+    requires: tuple[tuple[str, str, str], ...] = ()
+    """Optional packages the recipe needs, as (module, pip extra of date-engine, what for):
+    checked before a run starts, not at its first evaluation."""
+
+    def check_requirements(self) -> None:
+        """Refuse, with the install command, if a package the recipe needs is missing."""
+        import importlib.util
+
+        for module, extra, why in self.requires:
+            if importlib.util.find_spec(module) is None:
+                raise DateError(f"recipe {self.name} {why} with {module}, which is not installed; "
+                                f"run: pip install 'date-engine[{extra}]'")
 
     def parse_options(self, values: dict[str, Any] | None = None) -> Any:
         """The spec's ``model:`` section validated against this recipe's options."""
@@ -118,6 +132,13 @@ class Recipe:
                 ) from None
             sentence = describe_error(err, prefix=("model",))
             raise DateError(f"{sentence[:-1]}; recipe {self.name}'s options: {allowed}.") from None
+
+
+def shipped_specs() -> dict[str, Path]:
+    """The baseline YAMLs shipped with date_engine, by name (``lenet-mnist``, ``lstm-mnist-adam``,
+    ...): what ``date plan NAME`` and ``date recipes copy NAME`` find."""
+    folder = Path(__file__).parent / "specs"
+    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
 
 
 _REGISTRY: dict[str, Callable[[], Recipe]] = {}

@@ -148,4 +148,5 @@ def gnmt() -> Recipe:
         dataset_name="parallel text (train/valid/test.{en,de})", metric_name="bleu",
         higher_is_better=True, default_micro_batch=128, dataset_size=None, build_model=_model,
         build_data=_data, loss=_loss, evaluate=_evaluate, metric=_bleu, options=Options,
-        description="English→German; tokenized BLEU of greedy translations.")
+        description="English→German; tokenized BLEU of greedy translations.",
+        requires=(("sacrebleu", "translation", "scores BLEU"),))

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from date_engine.checks import parse_size
 from date_engine.errors import DateError, PlanError
 from date_engine.plan import RunPlan, resolve_plan
 from date_engine.recipes import Recipe
@@ -50,13 +51,8 @@ class PlannedCell:
 def parse_batches(text: str) -> list[int]:
     """``"1024,4096"`` (also with ``k``/``K`` for 1024: ``"8k"``) -> sorted distinct batches."""
 
-    def batch(part: str) -> int:
-        value = int(part[:-1]) * 1024 if part[-1] in "kK" else int(part)
-        if value < 1:
-            raise DateError(f"--batches: {value} is not a positive batch size.")
-        return value
-
-    return _parse_list(text, "--batches", batch, "a whole number", "1024,4096,16k")
+    return _parse_list(text, "--batches", lambda part: parse_size(part, "--batches"),
+                       "a whole number", "1024,4096,16k")
 
 
 def parse_lr_grid(text: str) -> list[float]:

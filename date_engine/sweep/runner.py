@@ -28,6 +28,7 @@ from date_engine.errors import DateError
 from date_engine.runfolder import RunFolder
 from date_engine.sweep.grid import Cell, PlannedCell
 from date_engine.sweep.results import CellResult, read_cell
+from date_engine.view.console import error_line
 from date_engine.view.sweep import SweepProgress
 
 __all__ = ["CellRun", "cell_command", "cell_folder", "prepare_cell", "run_cells"]
@@ -157,12 +158,13 @@ def _ended(run: CellRun, code: int, result: CellResult) -> str | None:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     if code == 2:
         result.status = "failed"
-        err.print(f"[red]error:[/] cell {run.planned.cell.name}: {_error_line(run.folder)}")
+        err.print(error_line(f"cell {run.planned.cell.name}: {_error_line(run.folder)}"))
         return "usage"
     if code not in (0, 3, 130, 143) or (code == 0 and result.status != "done"):
         result.status = "failed"
         err.print(
-            f"[red]cell {run.planned.cell.name} failed (exit {code}); see {run.folder.log_path}[/]"
+            error_line(f"cell {run.planned.cell.name} failed (exit {code}); see "
+                       f"{run.folder.log_path}")
         )
         return "failed"
     return None

@@ -39,6 +39,7 @@ from date_engine.train.reporting import RunLogger
 from date_engine.train.runtime import Runtime, setup, teardown
 from date_engine.train.sampling import MicroBatchSampler
 from date_engine.train.step import StepRunner, agree, to_device
+from date_engine.view.console import error_line, note_line
 
 __all__ = ["EXIT_NONFINITE", "Trainer", "run"]
 
@@ -116,7 +117,7 @@ class Trainer:
 
     def run(self) -> int:
         for note in self.rt.notes:
-            self.console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
+            self.console.print(note_line(note), soft_wrap=True)
         if self.restart and (code := self._earlier_failure()) is not None:
             return code
         _seed_everything(self.seed)
@@ -193,8 +194,8 @@ class Trainer:
                             f"assumes; set baseline.dataset_size: {held} (or point train.data_dir "
                             "at the whole data set).")
         if self.rt.is_main:
-            self.console.print(f"[yellow]note:[/] the plan counts epochs of {n} samples ({source})"
-                               f" but the training set holds {held}.")
+            self.console.print(note_line(f"the plan counts epochs of {n} samples ({source}) but "
+                                         f"the training set holds {held}."), soft_wrap=True)
         return planned
 
     def _split_to_train(self) -> BatchSplit:
@@ -217,7 +218,7 @@ class Trainer:
             )
         )
         if data.note:
-            self.console.print(f"[yellow]note:[/] {data.note}")
+            self.console.print(note_line(data.note), soft_wrap=True)
         if cfg.dry_run:
             self.console.print(
                 f"[bold]dry run:[/] the plan above is valid; now {DRY_RUN_STEPS} optimizer steps "
@@ -326,9 +327,10 @@ class Trainer:
         if mismatch := self._mismatch(found):  # --force-replan: as many samples, the new plan
             start = payload["samples_seen"] // self.split.batch
             _seed_everything(process_seed(self.seed, rt.rank, start))
-            self.console.print(f"[yellow]note:[/] --force-replan: {mismatch}; continuing its "
-                               f"weights at step {start} of the new plan "
-                               f"({payload['samples_seen']} samples seen).", soft_wrap=True)
+            self.console.print(note_line(f"--force-replan: {mismatch}; continuing its weights at "
+                                         f"step {start} of the new plan "
+                                         f"({payload['samples_seen']} samples seen)."),
+                               soft_wrap=True)
             return ResumePoint(start, resumed=True)
         mine = payload["ranks"][rt.rank]
         ckpt.restore_rng(mine["rng"])
@@ -549,12 +551,17 @@ class Trainer:
             return
         from date_engine.view.progress import render_summary
 
-        self.console.print(render_summary(summary, self.plan, self.split))
-        if summary.stopped_by and self.config.rerun_command and not self.config.dry_run:
-            self.console.print(
-                f"continue with: {self.config.rerun_command} --resume", soft_wrap=True
-            )
+        dry_run = self.config.dry_run
+        self.console.print(render_summary(summary, self.plan, self.split, dry_run))
+        if summary.stopped_by and self.config.rerun_command and not dry_run:
+            self.console.print(f"continue with: {self.config.rerun_command} --resume",
+                               soft_wrap=True, markup=False)
         self.folder.write_summary(summary)
+        if not dry_run:
+            from date_engine.view.plots import run_curves
+
+            run_curves(self.folder.read_metrics(), self.recipe.metric_name,
+                       self.folder.curves_path, self.plan)
 
 
 class _StopRequest:
@@ -581,7 +588,7 @@ class _StopRequest:
 
 
 def _error(message: str) -> None:
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/] {message}")
+    Console(stderr=True, highlight=False, soft_wrap=True).print(error_line(message))
 
 
 def _seed_everything(seed: int) -> None:

@@ -12,7 +12,8 @@ from typing import Any
 from date_engine.errors import DateError
 from date_engine.plan import Plan
 
-__all__ = ["FIGURES", "MISSING_MATPLOTLIB", "pyplot", "save_lr_plot", "sweep_figures"]
+__all__ = ["FIGURES", "MISSING_MATPLOTLIB", "pyplot", "run_curves", "save_lr_plot",
+           "sweep_figures"]
 
 MISSING_MATPLOTLIB = "matplotlib is not installed; run: pip install 'date-engine[plot]'"
 
@@ -60,6 +61,43 @@ def save_lr_plot(path: str | Path, plans: Sequence[tuple[str, Plan]]) -> Path:
         raise DateError(f"--plot {path}: cannot write the file ({exc.strerror}).") from None
     finally:
         plt.close(fig)
+    return path
+
+
+def run_curves(records: list[dict[str, Any]], metric_name: str, path: Path,
+               plan: Plan | None = None) -> Path | None:
+    """A run's metrics.jsonl records as one PNG: training loss, the evaluation metric, the LR (the
+    plan's, every step) and the spread of DATE's layer ratios (min, median, max), each against the
+    optimizer step. None without matplotlib or without a logged step."""
+    plt = pyplot()
+    train = [r for r in records if "loss" in r]
+    if plt is None or not train:
+        return None
+    evals = [(r["step"], r["eval"][metric_name]) for r in records
+             if metric_name in (r.get("eval") or {})]
+    steps = [r["step"] for r in train]
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.2))
+    axes[0].plot(steps, [r["loss"] for r in train])
+    axes[0].set(title="training loss", yscale="log")
+    if evals:
+        axes[1].plot(*zip(*evals), marker="o")
+    axes[1].set(title=metric_name)
+    if plan is not None:
+        axes[2].plot(range(1, plan.total_iterations + 1), plan.lrs())
+    else:
+        axes[2].plot(steps, [r["lr"] for r in train])
+    axes[2].set(title="learning rate")
+    if "ratio_median" in train[0]:
+        for key, style in (("ratio_min", ":"), ("ratio_median", "-"), ("ratio_max", ":")):
+            axes[3].plot(steps, [r.get(key) for r in train], style, color="tab:blue", label=key[6:])
+        axes[3].legend(fontsize=7)
+    axes[3].set(title="DATE's layer ratios", yscale="log")
+    for ax in axes:
+        ax.set_xlabel("optimizer step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
     return path
 
 

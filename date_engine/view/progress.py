@@ -22,25 +22,31 @@ class ProgressView:
     def __init__(self, console: Console, total_steps: int, start_step: int) -> None:
         self.console = console
         self.live = console.is_terminal
-        self.fields = {"epoch": 0.0, "loss": float("nan"), "lr": 0.0, "rate": 0.0}
+        self.fields: dict[str, float | None] = {"epoch": 0.0, "loss": None, "lr": 0.0, "rate": None}
         if self.live:
             self.progress = Progress(
                 TextColumn("step {task.completed}/{task.total}"),
                 BarColumn(),
                 TaskProgressColumn(),
-                TextColumn("epoch {task.fields[epoch]:.2f}  loss {task.fields[loss]:.4g}  "
-                           "lr {task.fields[lr]:.3g}  {task.fields[rate]:.0f} samples/s"),
+                TextColumn("{task.fields[status]}"),
                 TimeRemainingColumn(),
                 console=console,
             )
             self.task = self.progress.add_task("train", total=total_steps, completed=start_step,
-                                               **self.fields)
+                                               status=self._status())
             self.progress.start()
+
+    def _status(self) -> str:
+        """Epoch, loss, lr and samples/s; '—' for what no logged step has measured yet."""
+        f = self.fields
+        loss = "—" if f["loss"] is None else f"{f['loss']:.4g}"
+        rate = "—" if f["rate"] is None else f"{f['rate']:.0f}"
+        return f"epoch {f['epoch']:.2f}  loss {loss}  lr {f['lr']:.3g}  {rate} samples/s"
 
     def step(self, step: int, **fields: float) -> None:
         self.fields.update(fields)
         if self.live:
-            self.progress.update(self.task, completed=step, **self.fields)
+            self.progress.update(self.task, completed=step, status=self._status())
 
     def logged(self, record: dict[str, Any]) -> None:
         self.step(record["step"], loss=record["loss"], rate=record["samples_per_s"])
@@ -54,7 +60,8 @@ class ProgressView:
             self.progress.stop()
 
 
-def render_summary(summary: RunSummary, plan: Plan, split: BatchSplit) -> Table:
+def render_summary(summary: RunSummary, plan: Plan, split: BatchSplit,
+                   dry_run: bool = False) -> Table:
     """The table a run prints when it ends."""
     table = Table(title="Summary", title_justify="left", show_header=False)
     metric = "—" if summary.metric is None else f"{summary.metric:.4g}"
@@ -68,7 +75,8 @@ def render_summary(summary: RunSummary, plan: Plan, split: BatchSplit) -> Table:
         ("samples/s", f"{summary.samples_per_s:.0f}"),
         ("plan", f"batch {split.batch} = {split.micro_batch} × {split.world_size} × "
                  f"{split.accumulation_steps}, peak lr {plan.peak_lr:.4g}, warmup {warmup}"),
-        ("checkpoint", summary.checkpoint or "—"),
+        ("checkpoint", "written and read back (a dry run: removed with its temporary folder)"
+         if dry_run else summary.checkpoint or "—"),
     ]
     for row in rows:
         table.add_row(*row)

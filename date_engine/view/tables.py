@@ -2,22 +2,37 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.table import Table
 
 from date_engine.recipes import Recipe
 
-__all__ = ["recipes_table"]
+__all__ = ["recipe_rows", "recipes_table"]
+
+
+def recipe_rows(recipes: list[Recipe]) -> list[dict[str, Any]]:
+    """Name, model, data set, parameters, training samples and metric of each recipe (builds each
+    model once to count its parameters)."""
+    rows = []
+    for r in recipes:
+        params = sum(p.numel() for p in r.build_model(r.parse_options()).parameters())
+        rows.append({"name": r.name, "model": r.model_name, "dataset": r.dataset_name,
+                     "parameters": params, "samples": r.dataset_size, "metric": r.metric_name,
+                     "higher_is_better": r.higher_is_better})
+    return rows
 
 
 def recipes_table(recipes: list[Recipe]) -> Table:
-    """Name, model, data set, parameters, training samples and metric of each recipe (builds each
-    model once to count its parameters)."""
+    """The rows as a table that folds long cells rather than cutting them."""
+    rows = recipe_rows(recipes)
     table = Table(title="Recipes", title_justify="left")
-    for col in ("name", "model", "data set", "parameters", "samples", "metric"):
-        table.add_column(col)
-    for r in recipes:
-        params = sum(p.numel() for p in r.build_model(r.parse_options()).parameters())
-        table.add_row(r.name, r.model_name, r.dataset_name, f"{params:,}",
-                      f"{r.dataset_size:,}" if r.dataset_size else "from the data",
-                      f"{r.metric_name} ({'higher' if r.higher_is_better else 'lower'} is better)")
+    table.add_column("name", no_wrap=True, min_width=max((len(r["name"]) for r in rows), default=4))
+    for col in ("model", "data set", "parameters", "samples", "metric"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(row["name"], row["model"], row["dataset"], f"{row['parameters']:,}",
+                      f"{row['samples']:,}" if row["samples"] else "from the data",
+                      f"{row['metric']} ({'higher' if row['higher_is_better'] else 'lower'} is "
+                      "better)")
     return table
