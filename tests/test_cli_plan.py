@@ -100,7 +100,7 @@ BAD_INPUT = [
         [LENET, "--batch", 8192, "--set", "baseline.epochs=30"],
         "give exactly one of 'iterations' or 'epochs'",
     ),
-    ([LENET, "--batch", 8192, "--set", "baseline.iterations=null"], "(got neither)"),
+    ([LENET, "--batch", 8192, "--set", "baseline.iterations=null"], "(got neither"),
     (
         [LENET, "--batch", 8192, "--nproc", 3],
         "use a batch of 8190 or 8193, or --nproc 1, 2, 4 or 8",

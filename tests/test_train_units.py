@@ -212,9 +212,11 @@ def test_cpu_training_flushes_denormals(monkeypatch):
 
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
         monkeypatch.delenv(key, raising=False)
-    tiny = torch.tensor([1e-39], dtype=torch.float32)  # a denormal: below fp32's 1.18e-38
     try:
+        # Made after the flag is cleared: an earlier in-process run may have set it, and a
+        # denormal built while it is set is already zero.
         torch.set_flush_denormal(False)
+        tiny = torch.tensor([1e-39], dtype=torch.float32)  # a denormal: below fp32's 1.18e-38
         assert (tiny * 1.0).item() != 0.0
         runtime = setup(force_cpu=True)
         assert runtime.device.type == "cpu" and (tiny * 1.0).item() == 0.0
