@@ -31,6 +31,11 @@ class RunConfig:
     force_replan: bool = False
     dry_run: bool = False
     max_steps: int | None = None
+    max_seconds: float | None = None
+    """Stop (checkpointed) once the run has trained this long; rank 0's clock decides."""
+    measure_noise: bool = True
+    """Measure the gradient noise scale when a step sees two or more micro-batch gradients;
+    False skips it (benchmarks/noise_overhead.py compares the two)."""
     precision: str = "fp32"
     compile: bool = False
     backend: str | None = None

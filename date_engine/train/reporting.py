@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 from rich.console import Console
 
+from date_engine.noise import NoiseEstimate
 from date_engine.runfolder import MetricsLog, RunFolder, eval_record, train_record
 from date_engine.train.runtime import Runtime
 from date_engine.view.progress import ProgressView
@@ -59,13 +60,14 @@ class RunLogger:
         loss: torch.Tensor,
         grad_norm: torch.Tensor | None,
         optimizer: torch.optim.Optimizer,
+        noise: NoiseEstimate | None = None,
     ) -> None:
         """Count the step's loss; on a logged step, write and show the record (all processes
         take part: the loss is averaged over them)."""
         self._loss_sum += loss
         self._window_steps += 1
         if self.is_logging(step):
-            record = self._record(step, lr, grad_norm, optimizer)
+            record = self._record(step, lr, grad_norm, optimizer, noise)
             if self.metrics is not None:
                 self.metrics.write(record)
                 self.view.logged(record)
@@ -74,9 +76,8 @@ class RunLogger:
         if self.view is not None:
             self.view.step(step, epoch=self.epoch(step), lr=lr)
 
-    def _record(
-        self, step: int, lr: float, grad_norm: torch.Tensor | None, optimizer: torch.optim.Optimizer
-    ) -> dict[str, Any]:
+    def _record(self, step: int, lr: float, grad_norm: torch.Tensor | None,
+                optimizer: torch.optim.Optimizer, noise: NoiseEstimate | None) -> dict[str, Any]:
         loss = self._loss_sum / max(self._window_steps, 1)
         if self.rt.distributed:
             dist.all_reduce(loss)
@@ -96,6 +97,7 @@ class RunLogger:
             rate,
             self.train_seconds(),
             spread,
+            (noise.grad_sq, noise.trace) if noise is not None else None,
         )
 
     def window_state(self) -> tuple[float, int]:

@@ -4,11 +4,15 @@ Per optimizer step each process runs ``accumulation_steps`` micro-batches forwar
 DDP's ``no_sync`` keeps the gradients of all but the last local, so they are all-reduced once per
 step. Then, in one host synchronisation, the processes agree whether to go on (:func:`agree`), and
 the optimizer (DATE over the base) takes the step.
+
+The same synchronisation carries what the gradient noise scale (:mod:`date_engine.noise`) needs:
+a backward hook on every parameter adds the squared norm of each micro-batch's gradient before it
+is accumulated or all-reduced, and the step's gradient norm (taken for clipping and logging
+anyway) gives the other half. Both stay on the device until the agreement reads them.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -37,14 +41,32 @@ class StepRunner:
         data: RecipeData,
         runtime: Runtime,
         accumulation: int,
+        measure_noise: bool = False,
     ) -> None:
         self.model, self.wrapped, self.optimizer, self.scaler = model, wrapped, optimizer, scaler
         self.recipe, self.data, self.rt, self.accumulation = recipe, data, runtime, accumulation
+        self.measure_noise = measure_noise
+        self._micro_sq = torch.zeros((), device=runtime.device)
+        """Σ over this step's micro-batches of |gradient of the micro-batch's share of the loss|²"""
+        self._hooks = [p.register_hook(self._add_micro_norm) for p in model.parameters()
+                       if p.requires_grad] if measure_noise else []
+
+    def _add_micro_norm(self, grad: Tensor) -> None:
+        grad = grad.detach()
+        if grad.is_sparse:
+            grad = grad.coalesce().values()
+        self._micro_sq += torch.linalg.vector_norm(grad, dtype=torch.float32).square()
+
+    def close(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
 
     def forward_backward(self, batches: Iterator[Any]) -> Tensor:
         """Accumulate the gradients of one global batch; returns this process's mean loss (a
         device scalar: reading it would synchronise)."""
         rt, total = self.rt, torch.zeros((), device=self.rt.device)
+        self._micro_sq.zero_()
         for micro in range(self.accumulation):
             batch = to_device(next(batches), rt.device)
             sync = micro == self.accumulation - 1 or not rt.distributed
@@ -55,12 +77,27 @@ class StepRunner:
         return total
 
     def unscale_and_clip(self, clip: float | None, measure: bool) -> Tensor | None:
-        """Unscale fp16 gradients; clip them to ``clip`` and/or return their global norm."""
+        """Unscale fp16 gradients; clip them to ``clip`` and/or return their global norm (taken
+        before clipping). The norm is always taken when the noise scale is measured."""
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        if clip is None and not measure:
+        if clip is not None:
+            return torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        if not (measure or self.measure_noise):
             return None
-        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip or math.inf)
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        return torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+
+    def noise_sample(self, grad_norm: Tensor | None) -> Tensor | None:
+        """(mean over this process's micro-batches of |g_micro|², |g_step|²) on the device, for
+        :func:`agree`; None when the noise scale is not measured."""
+        if not self.measure_noise or grad_norm is None:
+            return None
+        # each micro-batch's loss was divided by the accumulation steps, and fp16 scales it
+        per_micro = self._micro_sq * self.accumulation
+        if self.scaler is not None:
+            per_micro = per_micro / self.scaler._get_scale_async().float().square()
+        return torch.stack([per_micro, grad_norm.detach().float().square()])
 
     def update(self) -> None:
         """The optimizer step (skipped by the scaler after an fp16 overflow), gradients cleared."""
@@ -82,22 +119,29 @@ class Verdict:
     """Some process was asked to stop (SIGINT/SIGTERM): stop after this step."""
     save: bool
     """Rank 0's clock says a checkpoint is due after this step."""
+    noise: tuple[float, float] | None = None
+    """The mean over every process's micro-batches of |g_micro|², and |g_step|²."""
 
 
-def agree(rt: Runtime, loss: Tensor, stop_requested: bool, save_due: bool) -> Verdict:
-    """The one host synchronisation per step: the flags of every process, OR-ed together.
+def agree(rt: Runtime, loss: Tensor, stop_requested: bool, save_due: bool,
+          noise: Tensor | None = None) -> Verdict:
+    """The one host synchronisation per step: the flags of every process, OR-ed together, and
+    the noise sample (:meth:`StepRunner.noise_sample`) averaged over them.
 
     Rank 0's clock alone decides ``save_due``, so every process saves the same step."""
-    flags = torch.cat(
-        [
-            (~torch.isfinite(loss)).float().view(1),
-            torch.tensor([float(stop_requested), float(save_due)], device=rt.device),
-        ]
-    )
+    parts = [
+        (~torch.isfinite(loss)).float().view(1),
+        torch.tensor([float(stop_requested), float(save_due)], device=rt.device),
+    ]
+    if noise is not None:
+        parts.append(noise.float())
+    values = torch.cat(parts)
     if rt.distributed:
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-    nonfinite, stop, save = (bool(v) for v in flags.tolist())
-    return Verdict(nonfinite, stop, save)
+        dist.all_reduce(values)  # a sum: a flag is set if any process set it
+        values[3:] /= rt.world_size
+    nonfinite, stop, save, *sample = values.tolist()
+    measured = (sample[0], sample[1]) if sample else None
+    return Verdict(nonfinite > 0, stop > 0, save > 0, measured)
 
 
 def to_device(batch: Any, device: torch.device) -> Any:

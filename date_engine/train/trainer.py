@@ -27,6 +27,7 @@ import torch.distributed as dist
 from rich.console import Console
 
 from date_engine.errors import DataMissing, DateError
+from date_engine.noise import NoiseScale
 from date_engine.optim.build import build_optimizer
 from date_engine.plan import BatchSplit, RunPlan, resolve_plan
 from date_engine.recipes import DataOptions, RecipeData, get_recipe
@@ -135,10 +136,14 @@ class Trainer:
         optimizer = build_optimizer(model.named_parameters(), self.plan.optimizer,
                                     self.plan.peak_lr)
         scaler = self.rt.grad_scaler()
+        self.noise = self._noise_scale()
         point = self._restore(found, model, optimizer, scaler)
         steps = StepRunner(model, self._wrap(model), optimizer, scaler, self.recipe, data, self.rt,
-                           self.split.accumulation_steps)
-        summary = self._train(steps, data, point)
+                           self.split.accumulation_steps, measure_noise=self.noise is not None)
+        try:
+            summary = self._train(steps, data, point)
+        finally:
+            steps.close()
         if summary is None:
             return EXIT_NONFINITE
         self._finish(summary)
@@ -198,6 +203,15 @@ class Trainer:
                                          f"the training set holds {held}."), soft_wrap=True)
         return planned
 
+    def _noise_scale(self) -> NoiseScale | None:
+        """The run's gradient noise scale, measured when a step sees more than one micro-batch
+        gradient (more processes or accumulation steps); averaged over a fixed share of the run's
+        samples."""
+        if self.split.world_size * self.split.accumulation_steps < 2 \
+                or not self.config.measure_noise:
+            return None
+        return NoiseScale(NoiseScale.half_life_for(self.plan.total_iterations * self.split.batch))
+
     def _split_to_train(self) -> BatchSplit:
         """The planned split; a dry run keeps the plan and steps with a tiny split instead."""
         if self.config.dry_run:
@@ -219,6 +233,11 @@ class Trainer:
         )
         if data.note:
             self.console.print(note_line(data.note), soft_wrap=True)
+        if self.split.world_size * self.split.accumulation_steps < 2 and not cfg.dry_run:
+            self.console.print(note_line(
+                "the gradient noise scale is not measured: each step sees one gradient (one "
+                "process, no accumulation); a --micro-batch below the batch measures it."),
+                soft_wrap=True)
         if cfg.dry_run:
             self.console.print(
                 f"[bold]dry run:[/] the plan above is valid; now {DRY_RUN_STEPS} optimizer steps "
@@ -332,6 +351,8 @@ class Trainer:
                                          f"({payload['samples_seen']} samples seen)."),
                                soft_wrap=True)
             return ResumePoint(start, resumed=True)
+        if self.noise is not None and payload.get("noise"):
+            self.noise.load_state_dict(payload["noise"])
         mine = payload["ranks"][rt.rank]
         ckpt.restore_rng(mine["rng"])
         return ResumePoint(payload["step"], True, tuple(mine["log_window"]),
@@ -413,7 +434,9 @@ class Trainer:
                 lr = set_lr(steps.optimizer, self.plan, step)
                 loss = steps.forward_backward(batches)
                 grad_norm = steps.unscale_and_clip(train.grad_clip, log.is_logging(step))
-                verdict = agree(rt, loss, stop.signal is not None, policy.time_due(rt.is_main))
+                out_of_time = self._out_of_time(log)
+                verdict = agree(rt, loss, stop.signal is not None or out_of_time,
+                                policy.time_due(rt.is_main), steps.noise_sample(grad_norm))
                 if verdict.nonfinite:  # keep the work since the last checkpoint, if it is finite
                     if self.done > saved:
                         self._save(self.done, steps, log, rng=rng_before)
@@ -422,11 +445,11 @@ class Trainer:
                 self.done = None  # inside the update: no consistent state to save until it ends
                 steps.update()
                 self.done = step
-                log.after_step(step, lr, loss, grad_norm, steps.optimizer)
+                log.after_step(step, lr, loss, grad_norm, steps.optimizer, self._measured(verdict))
                 if train.eval_every and step % train.eval_every == 0 and step != last:
                     self._evaluate(steps.model, data, step, log)
                 if verdict.stop:
-                    return stop.signal or "signal"
+                    return stop.signal or ("time-limit" if out_of_time else "signal")
                 if step != stop_at and policy.due(step, verdict.save):
                     self._save(step, steps, log)
                     saved = step
@@ -444,6 +467,18 @@ class Trainer:
             stop.restore()
             log.close_view()
         return None
+
+    def _out_of_time(self, log: RunLogger) -> bool:
+        """Rank 0's clock says the run's --max-minutes (train seconds) are spent."""
+        limit = self.config.max_seconds
+        return bool(limit) and self.rt.is_main and log.train_seconds() >= limit
+
+    def _measured(self, verdict):
+        """Fold the step's noise sample in; the smoothed estimate after it (None if unmeasured)."""
+        if self.noise is None or verdict.noise is None:
+            return None
+        self.noise.update(*verdict.noise, self.split.micro_batch, self.split.batch)
+        return self.noise.estimate
 
     def _loader(self, data: RecipeData, start: int, stop_at: int) -> torch.utils.data.DataLoader:
         """This process's micro-batches for steps start+1 .. stop_at, resumable at any step."""
@@ -496,6 +531,7 @@ class Trainer:
             "model": steps.model.state_dict(),
             "optimizer": steps.optimizer.state_dict(),
             "scaler": steps.scaler.state_dict() if steps.scaler is not None else None,
+            "noise": self.noise.state_dict() if self.noise is not None else None,
             "ranks": states,
             "plan": RunPlan(self.plan, self.split).to_dict(),
             "spec_fingerprint": self.spec.fingerprint(),

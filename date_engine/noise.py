@@ -1,0 +1,122 @@
+"""The gradient noise scale: how large a batch the problem can use at this point of training.
+
+With G the true gradient and Σ the per-sample covariance of the gradient, a batch of B samples has
+E|g_B|² = |G|² + tr(Σ)/B. The simple noise scale B_simple = tr(Σ)/|G|² is the batch at which the
+gradient's noise equals its signal; below it a larger batch buys almost proportionally fewer steps,
+beyond it almost nothing (McCandlish et al. 2018, *An Empirical Model of Large-Batch Training*).
+
+Every optimizer step of ``date scale`` sees the gradients of n micro-batches of b samples each
+(n = processes × accumulation steps) and their mean, the gradient of the whole batch B = n·b. From
+the mean squared norm of the micro-batch gradients, s, and the squared norm of the step's
+gradient, S, the unbiased estimates are (ibid., Appendix A)::
+
+    |G|²   ≈ (B·S − b·s) / (B − b)   = (n·S − s) / (n − 1)
+    tr(Σ)  ≈ (s − S) / (1/b − 1/B)   = (s − S) · b·n / (n − 1)
+
+Each is noisy, |G|² most (it is the small difference of two large numbers while the noise
+dominates), so each is smoothed on its own by an exponential moving average with a bias
+correction, and B_simple is taken as the ratio of the averages — not the average of ratios,
+which a near-zero |G|² estimate would ruin. The averages' half-life is counted in samples, so a
+run at 32× the batch averages over as much training as the baseline does.
+
+This module is plain Python: the trainer (:mod:`date_engine.train.step`) measures s and S in
+backward hooks and one all-reduce that the step takes anyway; ``date probe`` and the plan's
+forecast read the numbers it records.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["NoiseEstimate", "NoiseScale", "unbiased"]
+
+
+def unbiased(small_sq: float, big_sq: float, small_batch: int, big_batch: int
+             ) -> tuple[float, float]:
+    """(|G|², tr(Σ)) from the mean squared norm ``small_sq`` of gradients over ``small_batch``
+    samples and the squared norm ``big_sq`` of their mean over ``big_batch`` samples."""
+    if not 0 < small_batch < big_batch:
+        raise ValueError(f"need 0 < small batch < big batch, got {small_batch}, {big_batch}")
+    g2 = (big_batch * big_sq - small_batch * small_sq) / (big_batch - small_batch)
+    trace = (small_sq - big_sq) / (1.0 / small_batch - 1.0 / big_batch)
+    return g2, trace
+
+
+@dataclass(frozen=True)
+class NoiseEstimate:
+    """The smoothed estimates after a step."""
+
+    grad_sq: float
+    """|G|², the squared norm of the true gradient."""
+    trace: float
+    """tr(Σ), the summed per-sample gradient variance."""
+
+    @property
+    def scale(self) -> float | None:
+        """B_simple = tr(Σ)/|G|²; None while the estimate of |G|² is not positive (the noise
+        still hides the signal: too few steps averaged)."""
+        if self.grad_sq <= 0 or self.trace <= 0 or not math.isfinite(self.grad_sq):
+            return None
+        return self.trace / self.grad_sq
+
+
+class NoiseScale:
+    """Bias-corrected moving averages of |G|² and tr(Σ) over the steps of a run.
+
+    ``half_life`` is in samples: after it, an old step weighs half as much. A step of B samples
+    decays the averages by 0.5^(B / half_life), but never by less than ``1 − 1/min_steps`` per
+    step, so that the average always spans a few steps.
+    """
+
+    HALF_LIFE_SHARE = 0.01
+    """The default half-life, as a share of the run's samples."""
+
+    @classmethod
+    def half_life_for(cls, run_samples: int) -> float:
+        """The half-life of a run of ``run_samples`` samples in all."""
+        return max(cls.HALF_LIFE_SHARE * run_samples, 1.0)
+
+    def __init__(self, half_life: float, min_steps: float = 4.0) -> None:
+        if half_life <= 0:
+            raise ValueError(f"half_life must be positive, got {half_life}")
+        self.half_life, self.min_steps = float(half_life), float(min_steps)
+        self._sums = [0.0, 0.0]  # the biased averages of |G|² and tr(Σ)
+        self._weight = 0.0  # 1 − Π decay: divides the biased averages
+        self.steps = 0
+
+    def decay(self, batch: int) -> float:
+        return max(0.5 ** (batch / self.half_life), 1.0 - 1.0 / self.min_steps)
+
+    def update(self, small_sq: float, big_sq: float, small_batch: int, big_batch: int) -> bool:
+        """Fold one step's measurement in; a non-finite one (an fp16 overflow) is left out.
+        Returns whether it was used."""
+        g2, trace = unbiased(small_sq, big_sq, small_batch, big_batch)
+        if not (math.isfinite(g2) and math.isfinite(trace)):
+            return False
+        beta = self.decay(big_batch)
+        self._sums = [beta * self._sums[0] + (1 - beta) * g2,
+                      beta * self._sums[1] + (1 - beta) * trace]
+        self._weight = beta * self._weight + (1 - beta)
+        self.steps += 1
+        return True
+
+    @property
+    def estimate(self) -> NoiseEstimate | None:
+        if self._weight == 0.0:
+            return None
+        return NoiseEstimate(self._sums[0] / self._weight, self._sums[1] / self._weight)
+
+    @property
+    def scale(self) -> float | None:
+        estimate = self.estimate
+        return estimate.scale if estimate is not None else None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sums": list(self._sums), "weight": self._weight, "steps": self.steps,
+                "half_life": self.half_life, "min_steps": self.min_steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._sums = [float(v) for v in state["sums"]]
+        self._weight, self.steps = float(state["weight"]), int(state["steps"])
