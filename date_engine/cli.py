@@ -58,6 +58,12 @@ MicroOpt = Annotated[Optional[int], _opt(
 SetOpt = Annotated[Optional[list[str]], _opt(
     "--set", metavar="KEY=VALUE", help="Override a spec value, e.g. --set baseline.lr=0.1 "
     "(repeatable).")]
+ProbeOpt = Annotated[Optional[Path], _opt(
+    "--probe", help="probe.json from date probe of this baseline: forecast what holding its "
+    "loss costs at BATCH (sets date.probe).")]
+BudgetOpt = Annotated[Optional[str], _opt(
+    "--budget", metavar="same-epochs|hold", help="same-epochs: the baseline's epochs (default); "
+    "hold: the epochs the probe forecasts to reach the baseline's loss (sets date.budget).")]
 
 
 @contextmanager
@@ -91,9 +97,17 @@ def _root(version: Annotated[bool, _flag("--version", callback=_version, is_eage
     is the system's date; `date-engine` is this tool alone."""
 
 
-def _spec(arg: str, overrides: list[str] | None) -> tuple[Path, Spec]:
-    """SPEC as a file, else as the name of a shipped baseline; validated, overrides applied."""
+def _spec(arg: str, overrides: list[str] | None, probe: Path | None = None,
+          budget: str | None = None) -> tuple[Path, Spec]:
+    """SPEC as a file, else as the name of a shipped baseline; validated, overrides applied
+    (``--probe`` and ``--budget`` last: they are date.probe and date.budget)."""
     from date_engine.recipes import shipped_specs
+
+    overrides = list(overrides or ())
+    if probe is not None:  # absolute, so that every process and sweep cell finds it
+        overrides.append(f"date.probe={json.dumps(str(probe.absolute()))}")
+    if budget is not None:
+        overrides.append(f"date.budget={json.dumps(budget)}")
 
     path = Path(arg)
     if not path.exists() and path.suffix == "" and len(path.parts) == 1:
@@ -111,7 +125,7 @@ def _spec(arg: str, overrides: list[str] | None) -> tuple[Path, Spec]:
 @app.command("plan", epilog="Example: date plan lenet-mnist --batch 8k --compare")
 def plan_command(
     spec_arg: SpecArg, batch: BatchOpt, nproc: NprocOpt = 1, micro_batch: MicroOpt = None,
-    overrides: SetOpt = None,
+    overrides: SetOpt = None, probe: ProbeOpt = None, budget: BudgetOpt = None,
     as_json: Annotated[bool, _flag("--json", help="Print the plan as one JSON object.")] = False,
     plot: Annotated[Optional[Path], _opt(
         "--plot", help="Also draw the LR curve into this PNG (or .pdf, .svg).")] = None,
@@ -126,7 +140,7 @@ def plan_command(
     with user_errors():
         if plot is not None:
             output_file(plot, "--plot", (".png", ".pdf", ".svg"))
-        path, spec = _spec(spec_arg, overrides)
+        path, spec = _spec(spec_arg, overrides, probe, budget)
         size, recipe = parse_size(batch, "--batch"), _known_recipe(spec)
         planned = resolve_plan(spec, size, nproc, micro_batch, recipe)
         others = {}
@@ -226,11 +240,12 @@ def scale_command(
     backend: BackendOpt = None, nnodes: NnodesOpt = 1, node_rank: NodeRankOpt = None,
     rdzv_endpoint: RdzvEndpointOpt = None, rdzv_id: RdzvIdOpt = "date-engine",
     master_addr: MasterAddrOpt = None, master_port: MasterPortOpt = None,
-    max_restarts: RestartsOpt = 0, as_json: ScaleJsonOpt = False,
+    max_restarts: RestartsOpt = 0, as_json: ScaleJsonOpt = False, probe: ProbeOpt = None,
+    budget: BudgetOpt = None,
 ) -> None:
     """Train the spec's recipe at BATCH with the DATE plan: one process, several, or nodes."""
     with user_errors():
-        path, spec = _spec(spec_arg, overrides)
+        path, spec = _spec(spec_arg, overrides, probe, budget)
         size, recipe_ref = parse_size(batch, "--batch"), recipe or spec.recipe
         found = _recipe_to_train(path, spec, recipe_ref, option=True)
         if precision is not None and precision not in ("fp32", "bf16", "fp16"):
@@ -322,6 +337,72 @@ def _continue_command(argv: list[str], run_dir: Path, output_dir: Path | None) -
     return " ".join(["date", "scale", *kept])
 
 
+# ---------------------------------------------------------------------------------- date probe
+
+PointsOpt = Annotated[int, typer.Option(
+    "--points", min=2, help="Noise-scale measurements kept, one per equal stretch of the probe.")]
+ShareOpt = Annotated[float, typer.Option(
+    "--share", min=0.001, max=1.0, help="Share of the baseline's optimizer steps to train.")]
+MinutesOpt = Annotated[Optional[float], _opt(
+    "--budget-minutes", min=0.01, help="Stop after this many minutes of training, even before "
+    "--share is reached.")]
+ProbeOutputOpt = Annotated[Optional[Path], _opt(
+    "--output-dir", "-o", help="Probe folder: probe.json, probe.png and the training run "
+    "(default: runs/<recipe>-probe, then -2, -3, ...).")]
+
+
+@app.command("probe", epilog="Example: date probe lenet-mnist, then date plan lenet-mnist --batch "
+             "4096 --probe runs/lenet-mnist-probe/probe.json --budget hold")
+def probe_command(
+    spec_arg: SpecArg, points: PointsOpt = 8, share: ShareOpt = 0.1,
+    budget_minutes: MinutesOpt = None, nproc: NprocOpt = 1, micro_batch: MicroOpt = None,
+    overrides: SetOpt = None, output_dir: ProbeOutputOpt = None,
+) -> None:
+    """Measure the gradient noise scale over the first part of the baseline's training, and
+    forecast what larger batches cost: writes probe.json for date plan --probe."""
+    with user_errors():
+        from date_engine.probe import ProbeOptions, measuring_micro_batch, run_probe
+
+        path, spec = _spec(spec_arg, overrides)
+        recipe = _recipe_to_train(path, spec, spec.recipe)
+        _check_launch(nproc, None, None, None)
+        measuring_micro_batch(spec.baseline.batch_size, nproc, micro_batch)  # refuse up front
+        folder = _probe_folder(output_dir, recipe.name)
+        options = ProbeOptions(share=share, points=points, max_minutes=budget_minutes,
+                               nproc=nproc, micro_batch=micro_batch)
+        command = " ".join(["date", *map(shlex.quote, sys.argv[1:])]) \
+            if sys.argv[1:2] == ["probe"] else ""
+    probe, code = run_probe(path, spec, recipe, options, folder, command)
+    if probe is None:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"error: the probe measured too little to fit a noise curve (see {folder / 'run'}); "
+            "give it a larger --share or --budget-minutes.", markup=False)
+        raise typer.Exit(code if code else 1)
+    from date_engine.view.probe import probe_figure, render_probe
+
+    console = Console(highlight=False)
+    console.print(render_probe(probe, f"date probe {path} — recipe {recipe.name}"))
+    figure = probe_figure(probe, folder / "probe.png")
+    console.print(f"wrote {folder / 'probe.json'}" + (f" and {figure}" if figure else "")
+                  + f"; use it with: date plan {spec_arg} --batch B --probe "
+                  f"{folder / 'probe.json'}", soft_wrap=True, markup=False)
+
+
+def _probe_folder(output_dir: Path | None, recipe: str) -> Path:
+    """``--output-dir``, refused if it holds a probe; else the first free of
+    runs/<recipe>-probe, -2, -3, ..."""
+    if output_dir is not None:
+        taken = [output_dir]
+    else:
+        base = Path(f"runs/{recipe}-probe")
+        taken = [base] + [base.with_name(f"{base.name}-{i}") for i in range(2, 10_000)]
+    for folder in taken:
+        if not ((folder / "probe.json").exists() or (folder / "run").exists()):
+            return output_folder(folder, "--output-dir")
+    raise DateError(f"{output_dir} already holds a probe; choose another --output-dir or remove "
+                    "it.")
+
+
 # ---------------------------------------------------------------------------------- date sweep
 
 BatchesOpt = Annotated[str, _opt(
@@ -354,6 +435,9 @@ def sweep_command(
     repeats: RepeatsOpt = 1, nproc: NprocOpt = 1, jobs: JobsOpt = 1,
     output_dir: SweepOutputOpt = None, overrides: SetOpt = None, lr_grid: GridOpt = DEFAULT_LR_GRID,
     tolerance: ToleranceOpt = "1%", evals: EvalsOpt = 10, report_only: ReportOnlyOpt = False,
+    probe: Annotated[Optional[Path], _opt(
+        "--probe", help="probe.json of the baseline: the report puts each batch's forecast beside "
+        "what its cells measured.")] = None,
 ) -> None:
     """Compare schemes across batch sizes: accuracy, time to accuracy, speedup, plots.
 
@@ -378,6 +462,9 @@ def sweep_command(
                     "command": command, "batches": options.batches,
                     "schemes": [s.name for s in options.schemes], "repeats": repeats,
                     "tolerance": str(options.tolerance)}
+        if probe is not None:
+            settings["forecast"] = _sweep_forecast(spec_arg, overrides, probe, options.batches,
+                                                   nproc, recipe)
         if not report_only:
             console.print(f"date sweep: {len(cells)} cells of {recipe.name} into {root}; finished "
                           "cells are skipped, interrupted ones resumed.", soft_wrap=True,
@@ -391,6 +478,22 @@ def sweep_command(
             Console(stderr=True).print("stopped; every running cell wrote a checkpoint. Run the "
                                        "same command again to continue.", soft_wrap=True)
         raise typer.Exit(code)
+
+
+def _sweep_forecast(spec_arg: str, overrides, probe: Path, batches: list[int], nproc: int,
+                    recipe) -> dict:
+    """The probe's forecast for each batch of the sweep, from the same plans ``date plan
+    --probe`` prints (the cells themselves train without it)."""
+    from date_engine.plan import resolve_plan
+
+    _, spec = _spec(spec_arg, overrides, probe)
+    rows = []
+    for batch in batches:
+        ahead = resolve_plan(spec, batch, nproc, recipe=recipe).plan.forecast
+        rows.append({"batch": batch, "factor": ahead.factor, "epochs": ahead.epochs,
+                     "steps": ahead.steps, "critical_batch": ahead.critical_batch,
+                     "expected": "loses" if ahead.beyond_critical else "holds"})
+    return {"probe": str(probe), "batches": rows}
 
 
 def _print_verdicts(console: Console, summary, schemes: list[str], root: Path) -> None:

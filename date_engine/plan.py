@@ -8,8 +8,10 @@ frozen :class:`Plan` (Algorithm 1 of You et al., SC'19, as read in docs/algorith
                                       the optimizer family's p (the default rule, §6)
     w   = k·w0  | w0                  warmup epochs (legw | constant)
     I_w = w·n/B                       warmup iterations (constant under LEGW)
-    I   = ceil(B0·I0 / B)             optimizer steps
-    E_tot = I0·B0 / n                 total epochs
+    E0  = I0·B0 / n                   the baseline's epochs
+    f   = E_B / E0                    forecast epoch factor, from a probe (forecast.py)
+    E_tot = E0 | f·E0                 total epochs (budget same-epochs | hold)
+    I   = ceil(B0·I0 / B) | ceil(E_tot·n / B)   optimizer steps
 
 and :meth:`Plan.lr` is the learning rate at optimizer step ``i`` (1-based), a closed form::
 
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from date_engine.catalog import OptimizerSettings, entry
 from date_engine.errors import PlanError
+from date_engine.forecast import Forecast, NoiseCurve, forecast
 from date_engine.spec import MAX_STEPS, Spec
 
 if TYPE_CHECKING:  # recipes are passed in, never imported: the plan depends on no recipe
@@ -124,7 +127,7 @@ class Plan:
     total_iterations: int
     """I, optimizer steps at the target batch."""
     total_epochs: float
-    """E_tot = I0·B0/n, the baseline's epochs, unchanged by scaling."""
+    """E_tot: the baseline's epochs I0·B0/n (budget same-epochs), or f times them (hold)."""
     lr_floor: float
     """η̂."""
     max_legw_batch: int | None
@@ -133,6 +136,12 @@ class Plan:
     """The optimizer the run builds."""
     derivations: tuple[Derivation, ...] = field(default=())
     """Every derived number, in the order computed, with its formula and inputs."""
+    budget: Literal["same-epochs", "hold"] = "same-epochs"
+    """same-epochs: the baseline's epochs; hold: the forecast's (docs/noise.md)."""
+    noise_curve: NoiseCurve | None = None
+    """B_noise(e) measured by the probe the plan was given (``date.probe``), else None."""
+    forecast: Forecast | None = None
+    """What holding the baseline's loss costs at the target batch, from ``noise_curve``."""
 
     # ---------------------------------------------------------------- the schedule
 
@@ -218,6 +227,10 @@ class Plan:
         values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
         values["optimizer"] = OptimizerSettings(**values["optimizer"])
         values["derivations"] = tuple(Derivation(**d) for d in values.get("derivations", ()))
+        if values.get("noise_curve") is not None:
+            values["noise_curve"] = NoiseCurve(**values["noise_curve"])
+        if values.get("forecast") is not None:
+            values["forecast"] = Forecast(**values["forecast"])
         return cls(**values)
 
 
@@ -308,13 +321,16 @@ _HALF_LIFE = ("the running average of g² spans the same samples: k× fewer, k×
 
 
 def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
-                dataset_size_source: str = "the training data", multiple_of: int = 1) -> Plan:
+                dataset_size_source: str = "the training data", multiple_of: int = 1,
+                noise_curve: NoiseCurve | None = None) -> Plan:
     """Derive the plan for training ``spec``'s baseline at global batch ``batch``.
 
     ``dataset_size`` is n when the spec does not give ``baseline.dataset_size`` (from a recipe or
-    the data, named by ``dataset_size_source``). Raises :class:`PlanError` when no sound plan
-    exists (docs/algorithm.md §2); a batch it suggests instead is a multiple of ``multiple_of``
-    (the processes the batch is shared by), so that it is accepted.
+    the data, named by ``dataset_size_source``). ``noise_curve`` is the baseline's measured
+    B_noise(e) (a probe's): with it the plan forecasts the epochs the batch needs, and
+    ``date.budget: hold`` trains them. Raises :class:`PlanError` when no sound plan exists
+    (docs/algorithm.md §2); a batch it suggests instead is a multiple of ``multiple_of`` (the
+    processes the batch is shared by), so that it is accepted.
     """
     base, date = spec.baseline, spec.date
     batch = _positive_int("--batch", batch)
@@ -346,11 +362,22 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         warmup_epochs = d("w", "warmup_epochs", w0, "w0", fmt(w0), "constant-epoch warmup")
         warmup_iterations = d("I_w", "warmup_iterations", w0 * n / batch, "w · n / B",
                               f"{fmt(w0)} · {fmt(n)} / {fmt(batch)}")
-    total_iterations = d("I", "total_iterations", -(-b0 * i0 // batch), "⌈B0 · I0 / B⌉",
-                         f"⌈{fmt(b0)} · {fmt(i0)} / {fmt(batch)}⌉ = ⌈{fmt(b0 * i0 / batch)}⌉",
-                         "same epochs, k× fewer steps")
-    d("E_tot", "total_epochs", total_epochs, "I0 · B0 / n", f"{fmt(i0)} · {fmt(b0)} / {fmt(n)}",
-      "unchanged by scaling")
+    ahead = _forecast(d, spec, noise_curve, batch, b0, total_epochs, n)
+    if date.budget == "hold":
+        factor = max(ahead.factor, 1.0)
+        total_epochs = d("E_tot", "total_epochs", factor * total_epochs, "max(f, 1) · E0",
+                         f"{factor:.6g} · {fmt(total_epochs)}",
+                         "budget hold: the epochs forecast to reach the baseline's loss")
+        total_iterations = math.ceil(total_epochs * n / batch)
+        d("I", "total_iterations", total_iterations, "⌈E_tot · n / B⌉",
+          f"⌈{total_epochs:.6g} · {fmt(n)} / {fmt(batch)}⌉",
+          f"{i0 / total_iterations:.3g}× fewer steps than the baseline's {fmt(i0)}")
+    else:
+        total_iterations = d("I", "total_iterations", -(-b0 * i0 // batch), "⌈B0 · I0 / B⌉",
+                             f"⌈{fmt(b0)} · {fmt(i0)} / {fmt(batch)}⌉ = ⌈{fmt(b0 * i0 / batch)}⌉",
+                             "same epochs, k× fewer steps")
+        d("E_tot", "total_epochs", total_epochs, "I0 · B0 / n",
+          f"{fmt(i0)} · {fmt(b0)} / {fmt(n)}", "unchanged by scaling")
     max_batch = None
     if warmup == "legw" and w0 > 0:
         max_batch = d("B_max", "max_legw_batch", math.ceil(b0 * total_epochs / w0) - 1,
@@ -367,7 +394,31 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         warmup_epochs=warmup_epochs, warmup_iterations=warmup_iterations,
         total_iterations=total_iterations, total_epochs=total_epochs, lr_floor=date.lr_floor,
         max_legw_batch=max_batch, optimizer=optimizer, derivations=tuple(d.rows),
+        budget=date.budget, noise_curve=noise_curve, forecast=ahead,
     )
+
+
+def _forecast(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, b0: int,
+              e0: float, n: int) -> Forecast | None:
+    """The probe's forecast for ``batch`` (docs/noise.md), recorded; None without a probe, which
+    budget hold refuses."""
+    if curve is None:
+        if spec.date.budget == "hold":
+            raise PlanError(
+                "date.budget is hold, which takes its epochs from a probe's forecast; run date "
+                "probe SPEC and pass --probe <its probe.json>, or use --budget same-epochs.")
+        return None
+    ahead = forecast(curve, batch, b0, e0, n)
+    d("B_noise", "forecast.noise_at_end", ahead.noise_at_end, "a · E0^β",
+      f"{curve.a:.4g} · {fmt(e0)}^{curve.beta:.3g}",
+      f"the probe's noise scale at the baseline's end (measured to epoch {curve.last:.3g})")
+    d("f", "forecast.factor", ahead.factor, "∫₀^E0 (B_noise(e) + B) / (B_noise(e) + B0) de / E0",
+      f"B = {fmt(batch)}, B0 = {fmt(b0)}, E0 = {fmt(e0)}",
+      "epochs to the baseline's loss over its epochs (McCandlish et al. 2018)")
+    d("B_crit", "forecast.critical_batch", ahead.critical_batch, "B where f = 2",
+      f"B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}",
+      "beyond it same-epoch training is expected to lose accuracy")
+    return ahead
 
 
 def largest_batch(spec: Spec, n: int, multiple_of: int = 1) -> int:
@@ -528,9 +579,11 @@ def resolve_plan(
     """The plan and batch split a run of ``spec`` at global ``batch`` trains with.
 
     n is ``baseline.dataset_size``, else the recipe's, else ``dataset_size`` (the training data's
-    length, known once a process has loaded it). The micro-batch is ``micro_batch`` (the command
-    line), else ``train.micro_batch``, else the recipe's default fitted to each process's share (the
-    largest divisor of it not above the default), else the whole share.
+    length, known once a process has loaded it). With ``date.probe`` the probe.json it names is
+    read, checked to be of this baseline, and its noise curve forecasts. The micro-batch is
+    ``micro_batch`` (the command line), else ``train.micro_batch``, else the recipe's default
+    fitted to each process's share (the largest divisor of it not above the default), else the
+    whole share.
     """
     batch = _positive_int("--batch", batch)
     if recipe is not None and recipe.dataset_size is not None:
@@ -538,8 +591,14 @@ def resolve_plan(
     else:
         n, source = dataset_size, "the training data"
     world_size = _positive_int("--nproc (world size)", world_size)
+    curve = None
+    if spec.date.probe is not None:
+        from date_engine.probe import Probe, baseline_identity
+
+        samples, _ = _samples_per_epoch(spec, n, source)
+        curve = Probe.read(spec.date.probe).matching(baseline_identity(spec, samples)).curve
     plan = derive_plan(spec, batch, dataset_size=n, dataset_size_source=source,
-                       multiple_of=world_size)
+                       multiple_of=world_size, noise_curve=curve)
     micro = micro_batch if micro_batch is not None else spec.train.micro_batch
     if micro is None and recipe is not None and batch % world_size == 0:
         share = batch // world_size

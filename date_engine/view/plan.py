@@ -33,6 +33,7 @@ def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64
         ),
         _inputs_table(plan),
         _derived_table(plan),
+        *_forecast_lines(plan),
         _phases_table(plan),
         _split_line(split),
         _optimizer_line(plan),
@@ -101,6 +102,31 @@ def _derived_table(plan: Plan) -> Table:
     return table
 
 
+def _forecast_lines(plan: Plan) -> list[Text]:
+    """The probe's forecast for the target batch, and a warning when the plan's epochs are
+    expected to lose accuracy; without a probe, where to get one."""
+    ahead, b, b0 = plan.forecast, plan.target_batch, plan.baseline_batch
+    if ahead is None:
+        return [Text("No forecast: date probe SPEC measures the gradient noise scale and "
+                     "--probe probe.json forecasts what holding accuracy costs at this batch.",
+                     style="dim")] if b > b0 else []
+    e0 = plan.baseline_iterations * b0 / plan.dataset_size
+    text = Text("Forecast ", style="bold")
+    text.append(f"(probe: B_noise(e) = {plan.noise_curve.a:.4g} · e^{plan.noise_curve.beta:.3g}, "
+                f"measured to epoch {plan.noise_curve.last:.3g}): reaching the baseline's loss "
+                f"at batch {b:,} takes {ahead.factor:.3g} × {fmt(e0)} = {ahead.epochs:.4g} epochs, "
+                f"{ahead.steps:,} steps against the baseline's {plan.baseline_iterations:,} "
+                f"({plan.baseline_iterations / ahead.steps:.3g}× fewer); critical batch ≈ "
+                f"{ahead.critical_batch:,}.")
+    lines = [text]
+    if plan.budget == "same-epochs" and ahead.beyond_critical:
+        lines.append(Text(
+            f"warning: batch {b:,} is beyond the critical batch ({ahead.critical_batch:,}): "
+            f"training the baseline's {fmt(e0)} epochs is expected to lose accuracy; "
+            f"--budget hold trains {ahead.epochs:.4g} epochs instead.", style="yellow"))
+    return lines
+
+
 def _phases_table(plan: Plan) -> Table:
     rules = {
         "warmup": "η·(e/w)" + ("²" if plan.warmup_shape == "quadratic" else ""),
@@ -163,6 +189,8 @@ def _value(name: str, value: float | None) -> str:
         return "—"
     if "lr" in name:
         return _lr(value)
+    if name.startswith("forecast."):
+        return f"{value:,}" if isinstance(value, int) else f"{value:.4g}"
     suffix = " epochs" if "epochs" in name else ""
     return fmt(value) + suffix
 

@@ -29,7 +29,8 @@ def report_markdown(summary: SweepSummary, settings: dict[str, Any], schemes: li
              f"at a time, {settings['nproc']} process(es) each, {settings.get('threads', '?')} "
              "thread(s) per process. Times are training seconds (evaluations left out), measured "
              "on this machine.", ""]
-    lines += _verdicts(summary, schemes) + _results(summary) + _schemes(summary, settings, schemes)
+    lines += _verdicts(summary, schemes) + _results(summary) + _forecast(summary, settings)
+    lines += _schemes(summary, settings, schemes)
     lines += ["", "## Figures", ""]
     for name, caption in FIGURES.items():
         state = figures.get(name)
@@ -51,6 +52,29 @@ def _verdicts(summary: SweepSummary, schemes: list[str]) -> list[str]:
              f"{summary.metric_name} {'≥' if summary.higher_is_better else '≤'} "
              f"{summary.target:.4g}.", "", "## Verdict", ""]
     return lines + [f"- **{s}**: {v}." for s, v in summary.verdicts(schemes).items()] + [""]
+
+
+def _forecast(summary: SweepSummary, settings: dict[str, Any]) -> list[str]:
+    """With ``date sweep --probe``: each batch's forecast beside what its cells measured."""
+    forecast = settings.get("forecast")
+    if not forecast:
+        return []
+    rows = forecast["batches"]
+    lines = ["## Forecast against the result", "",
+             f"From `{forecast['probe']}` (docs/noise.md): the critical batch is "
+             f"{rows[0]['critical_batch']:,}; f is the forecast's factor on the baseline's epochs "
+             "to reach its loss.", "",
+             "| batch | f | forecast epochs | forecast at the baseline's epochs "
+             "| measured: holds |",
+             "|---:|---:|---:|---|---|"]
+    for row in rows:
+        measured = ", ".join(
+            f"{g.scheme} {'✓' if g.holds else '✗'}" for g in summary.groups
+            if g.batch == row["batch"] and g.scheme != BASELINE and g.holds is not None)
+        expected = "holds" if row["expected"] == "holds" else "expected to lose accuracy"
+        lines.append(f"| {row['batch']} | {row['factor']:.3g} | {row['epochs']:.3g} | {expected} "
+                     f"| {measured or 'not finished'} |")
+    return lines + [""]
 
 
 def _results(summary: SweepSummary) -> list[str]:

@@ -1,0 +1,93 @@
+"""What measuring the gradient noise scale costs: in every step, and as a probe.
+
+    OMP_NUM_THREADS=1 python benchmarks/noise_overhead.py [--spec recipes/lenet-digits.yaml]
+        [--batch 256] [--micro-batch 64] [--repeats 5] [--probe]
+
+Step cost: `date scale` at --batch split into --micro-batch (so that every step sees several
+micro-batch gradients), with the measurement on and off (RunConfig.measure_noise), runs
+alternating, `--repeats` each; medians of samples/s compared (target: <= 2% slower).
+
+--probe also times the baseline's whole training (its batch, one pass per step) against `date
+probe`'s default (10% of its steps, each split into 4 micro-batches), alternating, `--repeats`
+each (target: <= 10% of the baseline's time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from date_engine import load_spec
+from date_engine.probe import DEFAULT_SHARE, ProbeOptions, run_probe
+from date_engine.recipes import get_recipe
+from date_engine.train.config import RunConfig
+from date_engine.train.trainer import run
+
+
+def timed_run(spec_path: str, batch: int, micro_batch: int | None, measure: bool) -> dict:
+    """One `date scale` run in this process; its summary.json (samples/s, wall time)."""
+    spec = load_spec(spec_path)
+    with tempfile.TemporaryDirectory() as out:
+        config = RunConfig(
+            spec=spec.model_dump(mode="json", exclude_none=True), spec_path=spec_path,
+            recipe=spec.recipe, batch=batch, world_size=1, micro_batch=micro_batch,
+            output_dir=str(Path(out) / "run"), measure_noise=measure)
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert run(config) == 0
+        return json.loads((Path(out) / "run" / "summary.json").read_text())
+
+
+def probe_seconds(spec_path: str) -> tuple[float, float]:
+    """One `date probe` with its defaults: its training time, and its whole time (start-up and
+    fit included)."""
+    spec = load_spec(spec_path)
+    with tempfile.TemporaryDirectory() as out, contextlib.redirect_stdout(io.StringIO()):
+        start = time.perf_counter()
+        probe, code = run_probe(Path(spec_path), spec, get_recipe(spec.recipe), ProbeOptions(),
+                                Path(out) / "probe")
+        assert code == 0 and probe is not None
+        return probe.wall_seconds, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--spec", default="recipes/lenet-digits.yaml")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--micro-batch", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--probe", action="store_true")
+    args = parser.parse_args()
+    on, off = [], []
+    for _ in range(args.repeats):
+        on.append(timed_run(args.spec, args.batch, args.micro_batch, True)["samples_per_s"])
+        off.append(timed_run(args.spec, args.batch, args.micro_batch, False)["samples_per_s"])
+    m_on, m_off = statistics.median(on), statistics.median(off)
+    print(f"{args.spec}, batch {args.batch} in micro-batches of {args.micro_batch}, "
+          f"{args.repeats} runs each, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"measured     : {m_on:9.0f} samples/s  ({', '.join(f'{x:.0f}' for x in on)})")
+    print(f"not measured : {m_off:9.0f} samples/s  ({', '.join(f'{x:.0f}' for x in off)})")
+    print(f"overhead     : {100 * (m_off - m_on) / m_off:+.1f}%  (target <= 2%)")
+    if not args.probe:
+        return
+    spec = load_spec(args.spec)
+    base, probes = [], []
+    for _ in range(args.repeats):
+        base.append(timed_run(args.spec, spec.baseline.batch_size, None, False)["wall_time_s"])
+        probes.append(probe_seconds(args.spec))
+    b = statistics.median(base)
+    p, whole = (statistics.median(x) for x in zip(*probes))
+    print(f"baseline     : {b:7.1f} s training  ({', '.join(f'{x:.1f}' for x in base)})")
+    print(f"probe ({DEFAULT_SHARE:.0%}) : {p:7.1f} s training = {100 * p / b:.1f}% of the "
+          f"baseline (target <= 10%); {whole:.1f} s with start-up and fit")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""What holding accuracy costs at a larger batch, forecast from the measured gradient noise scale.
+
+McCandlish et al. (2018) model the samples E and optimizer steps S a run needs to reach a given
+loss at batch B as E = E_min·(1 + B/B_noise) and S = S_min·(1 + B_noise/B). B_noise grows as
+training goes on, so the model is applied to each stretch of training: a stretch that costs the
+baseline (batch B0) de epochs costs a run at batch B de·(B_noise + B)/(B_noise + B0) epochs.
+Summed over the baseline's E0 epochs, with B_noise(e) the curve ``date probe`` measured::
+
+    E_B = ∫₀^E0 (B_noise(e) + B) / (B_noise(e) + B0) de        epochs to the baseline's loss
+    f   = E_B / E0                                              the forecast's epoch factor
+
+The critical batch B_crit is where f = 2: same-epoch training at B_crit would need twice the
+baseline's samples to reach its loss (at B = B_noise one stretch needs twice its minimum, the
+model's own definition). Beyond B_crit, same-epoch training is expected to lose accuracy.
+
+B_noise(e) is a power law a·e^β fitted to the probe's points in log-log space; beyond the
+probed epochs it is extrapolated. Plain Python: ``date plan`` imports no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["CRITICAL_FACTOR", "Forecast", "NoiseCurve", "critical_batch", "epochs_factor",
+           "forecast"]
+
+CRITICAL_FACTOR = 2.0
+"""f at the critical batch: twice the baseline's samples to reach its loss."""
+_GRID = 2000  # midpoints of the integral; the integrand is smooth and bounded by B/B0
+
+
+@dataclass(frozen=True)
+class NoiseCurve:
+    """B_noise(e) = a·e^β, fitted to (epoch, B_noise) points measured from ``first`` to ``last``
+    epoch."""
+
+    a: float
+    beta: float
+    first: float
+    last: float
+
+    def __call__(self, epoch: float) -> float:
+        return self.a * max(epoch, 1e-9) ** self.beta
+
+    @classmethod
+    def fit(cls, points: Sequence[tuple[float, float]]) -> NoiseCurve:
+        """Least squares of log B_noise on log e; needs two points at different epochs with
+        positive values."""
+        usable = [(e, b) for e, b in points if e > 0 and b is not None and b > 0]
+        if len({e for e, _ in usable}) < 2:
+            raise ValueError("a noise curve needs measurements at two or more epochs")
+        xs, ys = [math.log(e) for e, _ in usable], [math.log(b) for _, b in usable]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        beta = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+        return cls(math.exp(my - beta * mx), beta, min(e for e, _ in usable),
+                   max(e for e, _ in usable))
+
+
+def epochs_factor(curve: NoiseCurve, batch: int, baseline_batch: int,
+                  baseline_epochs: float) -> float:
+    """f = E_B / E0: how many times the baseline's epochs batch ``batch`` needs to reach the
+    baseline's loss (1 at the baseline's batch, below 1 for a smaller batch)."""
+    step = baseline_epochs / _GRID
+    total = 0.0
+    for i in range(_GRID):
+        noise = curve((i + 0.5) * step)
+        total += (noise + batch) / (noise + baseline_batch)
+    return total / _GRID
+
+
+def critical_batch(curve: NoiseCurve, baseline_batch: int, baseline_epochs: float) -> int:
+    """The batch at which f = CRITICAL_FACTOR (bisection; f grows with the batch)."""
+    low, high = float(baseline_batch), float(baseline_batch)
+    while epochs_factor(curve, int(high), baseline_batch, baseline_epochs) < CRITICAL_FACTOR:
+        low, high = high, high * 2
+        if high > 2**40:
+            return int(high)
+    while high - low > max(1.0, 0.001 * low):
+        mid = (low + high) / 2
+        if epochs_factor(curve, int(mid), baseline_batch, baseline_epochs) < CRITICAL_FACTOR:
+            low = mid
+        else:
+            high = mid
+    return int(low)
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """The forecast for one target batch."""
+
+    batch: int
+    factor: float
+    """f = E_B / E0."""
+    epochs: float
+    """E_B: epochs to the baseline's loss."""
+    steps: int
+    """Optimizer steps those epochs take at the batch."""
+    baseline_steps: int
+    critical_batch: int
+    noise_at_end: float
+    """B_noise at the end of the baseline's epochs (extrapolated past the probe)."""
+
+    @property
+    def beyond_critical(self) -> bool:
+        return self.batch > self.critical_batch
+
+    @property
+    def speedup(self) -> float:
+        """Baseline steps / steps: what k× the devices buys when the epochs are extended."""
+        return self.baseline_steps / self.steps
+
+
+def forecast(curve: NoiseCurve, batch: int, baseline_batch: int, baseline_epochs: float,
+             dataset_size: int) -> Forecast:
+    factor = epochs_factor(curve, batch, baseline_batch, baseline_epochs)
+    epochs = factor * baseline_epochs
+    return Forecast(
+        batch=batch, factor=factor, epochs=epochs,
+        steps=math.ceil(epochs * dataset_size / batch),
+        baseline_steps=math.ceil(baseline_epochs * dataset_size / baseline_batch),
+        critical_batch=critical_batch(curve, baseline_batch, baseline_epochs),
+        noise_at_end=curve(baseline_epochs),
+    )

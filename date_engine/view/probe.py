@@ -1,0 +1,93 @@
+"""What ``date probe`` shows: the measured noise scale along the probed epochs, the fitted curve,
+and the forecast at multiples of the baseline's batch; and its PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from date_engine.errors import DateError
+from date_engine.forecast import forecast
+from date_engine.plan import fmt
+from date_engine.probe import Probe
+
+__all__ = ["FORECAST_SCALES", "probe_figure", "render_probe"]
+
+FORECAST_SCALES = (2, 4, 8, 16, 32, 64, 128)
+
+
+def render_probe(probe: Probe, title: str) -> Group:
+    points = Table(title="Measured gradient noise scale (B_noise = tr(Σ) / |G|²)",
+                   title_justify="left")
+    for col in ("epoch", "B_noise", "|G|²", "tr(Σ)", "loss"):
+        points.add_column(col, justify="right")
+    for p in probe.points:
+        points.add_row(f"{p.epoch:.3g}", f"{p.noise_scale:,.0f}" if p.noise_scale else "—",
+                       f"{p.grad_sq:.4g}", f"{p.grad_trace:.4g}", f"{p.loss:.4g}")
+    curve, b0, e0 = probe.curve, probe.baseline["batch_size"], probe.baseline_epochs
+    n = probe.baseline["dataset_size"]
+    table = Table(title=f"Forecast (baseline {b0} × {fmt(e0)} epochs)", title_justify="left")
+    for col in ("batch", "k", "epochs to the baseline's loss", "× epochs", "steps",
+                "steps saved", "same epochs"):
+        table.add_column(col, justify="right")
+    for k in FORECAST_SCALES:
+        if k * b0 > n:
+            break
+        f = forecast(curve, k * b0, b0, e0, n)
+        table.add_row(f"{k * b0:,}", str(k), f"{f.epochs:.3g}", f"{f.factor:.2f}",
+                      f"{f.steps:,}", f"{f.speedup:.1f}×",
+                      "expected to lose accuracy" if f.beyond_critical else "holds")
+    crit = forecast(curve, b0, b0, e0, n).critical_batch
+    lines = [
+        Text(title, style="bold"),
+        Text(f"Probed {probe.steps:,} of the baseline's {probe.baseline_steps:,} optimizer steps "
+             f"({probe.share:.0%}, {probe.epochs:.3g} epochs) in {probe.wall_seconds:.0f} s, "
+             f"batch {b0} = {probe.micro_batch} × {probe.world_size} × "
+             f"{probe.accumulation_steps}."),
+        points,
+        Text(f"Fit: B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g} (measured over epochs "
+             f"{curve.first:.3g}–{curve.last:.3g}, extrapolated to {fmt(e0)}: "
+             f"B_noise({fmt(e0)}) ≈ {curve(e0):,.0f})."),
+        table,
+        Text(f"Critical batch ≈ {crit:,}: beyond it, the baseline's epochs are forecast to need "
+             "more than twice its samples to reach its loss, and same-epoch training to lose "
+             "accuracy (docs/noise.md)."),
+    ]
+    return Group(*lines)
+
+
+def probe_figure(probe: Probe, path: Path) -> Path | None:
+    """B_noise against epoch: the measured points and the fitted curve to the baseline's end."""
+    from date_engine.view.plots import pyplot
+
+    plt = pyplot()
+    if plt is None:
+        return None
+    curve, e0 = probe.curve, probe.baseline_epochs
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    measured = [(p.epoch, p.noise_scale) for p in probe.points if p.noise_scale]
+    ax.plot(*zip(*measured), "o", label="measured (probe)")
+    grid = [e0 * (i + 1) / 200 for i in range(200)]
+    inside = [e for e in grid if e <= curve.last]
+    beyond = [e for e in grid if e >= curve.last]
+    ax.plot(inside, [curve(e) for e in inside], "-", color="tab:blue",
+            label=f"fit {curve.a:.3g}·e^{curve.beta:.2f}")
+    ax.plot(beyond, [curve(e) for e in beyond], "--", color="tab:blue", label="extrapolated")
+    ax.axhline(probe.baseline["batch_size"], color="gray", linewidth=1, linestyle=":",
+               label="baseline batch")
+    ax.set_yscale("log")
+    ax.set_xlabel("epoch of the baseline")
+    ax.set_ylabel("gradient noise scale B_noise")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    try:
+        fig.savefig(path)
+    except OSError as exc:
+        raise DateError(f"{path}: cannot write the figure ({exc.strerror}).") from None
+    finally:
+        plt.close(fig)
+    return path

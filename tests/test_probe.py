@@ -1,0 +1,168 @@
+"""The forecast (forecast.py), the plan that uses it, and `date probe` end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from date_engine.errors import DateError, PlanError
+from date_engine.forecast import NoiseCurve, critical_batch, epochs_factor, forecast
+from date_engine.plan import RunPlan, derive_plan
+from date_engine.probe import NoisePoint, Probe, probe_points
+from date_engine.spec import parse_spec
+from tests.runs import SHORT, SPEC, date
+
+
+def _spec(**date_section):
+    return parse_spec({
+        "recipe": "lenet-mnist",
+        "baseline": {"batch_size": 128, "lr": 1e-3, "warmup_epochs": 0.1, "epochs": 10,
+                     "dataset_size": 60000, "optimizer": {"name": "rmsprop"}},
+        "date": date_section,
+    })
+
+
+FLAT = NoiseCurve(a=1000.0, beta=0.0, first=0.1, last=1.0)  # B_noise = 1000 throughout
+
+
+def test_curve_fit_recovers_a_power_law():
+    points = [(e, 40 * e**0.8) for e in (0.25, 0.5, 1.0, 2.0)]
+    curve = NoiseCurve.fit(points)
+    assert curve.a == pytest.approx(40) and curve.beta == pytest.approx(0.8)
+    assert (curve.first, curve.last) == (0.25, 2.0)
+    with pytest.raises(ValueError):
+        NoiseCurve.fit([(1.0, 50.0), (1.0, 60.0), (2.0, None)])
+
+
+def test_a_constant_noise_scale_gives_mccandlish_closed_forms():
+    """With B_noise constant, E_B/E0 = (B_noise + B)/(B_noise + B0) and f = 2 at
+    B = B_noise + 2·B0."""
+    assert epochs_factor(FLAT, 4096, 128, 10) == pytest.approx((1000 + 4096) / (1000 + 128))
+    assert epochs_factor(FLAT, 128, 128, 10) == pytest.approx(1.0)
+    assert abs(critical_batch(FLAT, 128, 10) - (1000 + 2 * 128)) <= 2
+    ahead = forecast(FLAT, 4096, 128, 10, 60000)
+    assert ahead.steps == math.ceil(ahead.epochs * 60000 / 4096)
+    assert ahead.baseline_steps == math.ceil(10 * 60000 / 128)
+    assert ahead.beyond_critical and not forecast(FLAT, 512, 128, 10, 60000).beyond_critical
+
+
+def test_a_growing_noise_scale_costs_less_than_its_start_says():
+    growing = NoiseCurve(a=100.0, beta=1.0, first=0.1, last=1.0)
+    start = NoiseCurve(a=100.0, beta=0.0, first=0.1, last=1.0)
+    assert 1 < epochs_factor(growing, 4096, 128, 10) < epochs_factor(start, 4096, 128, 10)
+
+
+def test_budget_hold_trains_the_forecast_epochs_and_same_epochs_only_warns():
+    same = derive_plan(_spec(), 4096, noise_curve=FLAT)
+    hold = derive_plan(_spec(budget="hold"), 4096, noise_curve=FLAT)
+    factor = (1000 + 4096) / (1000 + 128)
+    assert same.total_iterations == math.ceil(128 * same.baseline_iterations / 4096)
+    assert same.forecast.factor == pytest.approx(factor, rel=1e-3)
+    assert hold.total_epochs == pytest.approx(factor * same.total_epochs, rel=1e-3)
+    assert hold.total_iterations == math.ceil(hold.total_epochs * 60000 / 4096)
+    assert hold.peak_lr == same.peak_lr and hold.warmup_epochs == same.warmup_epochs
+    assert hold.lr(hold.total_iterations) <= hold.lr(same.total_iterations)  # decays over more
+    symbols = [d.symbol for d in hold.derivations]
+    assert {"B_noise", "f", "B_crit", "E_tot", "I"} <= set(symbols)
+    assert symbols.index("f") < symbols.index("E_tot")  # derived from the forecast
+    # the forecast round-trips through plan.json
+    assert RunPlan.from_dict(json.loads(json.dumps(
+        {**hold.to_dict(), "micro_batch": 1, "world_size": 1, "accumulation_steps": 4096}))
+    ).plan == hold
+    # below the baseline's batch, hold never shortens training
+    assert derive_plan(_spec(budget="hold"), 64, noise_curve=FLAT).total_epochs == \
+        same.total_epochs
+    with pytest.raises(PlanError, match="date probe"):
+        derive_plan(_spec(budget="hold"), 4096)
+
+
+def test_probe_points_are_the_ratio_of_stretch_means():
+    records = [{"epoch": e, "grad_sq": g, "grad_trace": t, "loss": 1.0}
+               for e, g, t in ((0.1, 1.0, 10.0), (0.2, 3.0, 30.0), (0.3, 1.0, 50.0),
+                               (0.4, 1.0, 70.0))]
+    points = probe_points(records + [{"epoch": 0.5, "loss": 1.0}], 2)
+    assert [p.noise_scale for p in points] == [pytest.approx(40 / 4), pytest.approx(60 / 1)]
+    assert [p.epoch for p in points] == [pytest.approx(0.1), pytest.approx(0.3)]
+
+
+def test_probe_json_is_read_back_or_refused_in_one_sentence(tmp_path):
+    probe = Probe(baseline={"batch_size": 16}, baseline_epochs=10.0, steps=90, baseline_steps=900,
+                  epochs=1.0, micro_batch=4, world_size=1, accumulation_steps=4, wall_seconds=9.0,
+                  points=(NoisePoint(0.25, 20.0, 1.0, 20.0, 2.0),
+                          NoisePoint(0.75, 40.0, 1.0, 40.0, 1.0)))
+    path = tmp_path / "probe.json"
+    probe.write(path)
+    back = Probe.read(path)
+    assert back == probe and back.curve == probe.curve and back.share == pytest.approx(0.1)
+    assert back.matching({"batch_size": 16}) is back
+    with pytest.raises(DateError, match="another baseline .batch_size: 16 there, 32 here"):
+        back.matching({"batch_size": 32})
+    for text, fix in (("{", "not a probe written by date probe"),
+                      ('{"format": 99}', "not a probe.json of this version"),
+                      ('{"format": 1, "points": []}', "incomplete")):
+        path.write_text(text)
+        with pytest.raises(DateError, match=fix):
+            Probe.read(path)
+    with pytest.raises(DateError, match="no such file; run date probe"):
+        Probe.read(tmp_path / "missing.json")
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("probe") / "p"
+    result = date("probe", SPEC, *SHORT, "--share", "0.1", "--points", "4", "-o", folder,
+                  timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return folder, result
+
+
+def test_date_probe_trains_a_share_of_the_baseline_and_writes_its_forecast(probed):
+    folder, result = probed
+    probe = Probe.read(folder / "probe.json")
+    assert probe.steps == math.ceil(0.1 * probe.baseline_steps)
+    assert probe.micro_batch * probe.accumulation_steps == 16 and probe.accumulation_steps == 4
+    assert len(probe.points) == 4  # one may be unmeasurable (mean |G|² ≤ 0): kept as None
+    assert sum(p.noise_scale is not None and p.noise_scale > 0 for p in probe.points) >= 2
+    assert (folder / "probe.png").stat().st_size > 0
+    records = [json.loads(x) for x in (folder / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all("noise_scale" in r for r in records)
+    assert "Critical batch" in result.stdout and "date plan" in result.stdout
+    # the folder now holds a probe: a second one into it is refused before training
+    again = date("probe", SPEC, *SHORT, "-o", folder)
+    assert again.returncode == 2 and "already holds a probe" in again.stderr
+
+
+def test_plan_with_the_probe_forecasts_and_warns(probed):
+    folder, _ = probed
+    probe = Probe.read(folder / "probe.json")
+    crit = forecast(probe.curve, 16, 16, probe.baseline_epochs, 1437).critical_batch
+    beyond = 16 * 2 ** math.ceil(math.log2(crit / 16) + 1)
+    out = date("plan", SPEC, *SHORT, "--batch", beyond, "--probe", folder / "probe.json")
+    assert out.returncode == 0, out.stderr
+    assert "Forecast" in out.stdout and "beyond the critical batch" in out.stdout
+    hold = date("plan", SPEC, *SHORT, "--batch", beyond, "--probe", folder / "probe.json",
+                "--budget", "hold", "--json")
+    plan = json.loads(hold.stdout)
+    assert plan["budget"] == "hold" and plan["forecast"]["factor"] > 1
+    assert plan["total_epochs"] == pytest.approx(plan["forecast"]["epochs"])
+    other = date("plan", SPEC, *SHORT, "--batch", beyond, "--probe", folder / "probe.json",
+                 "--set", "baseline.lr=0.01")
+    assert other.returncode == 2 and "another baseline (lr" in other.stderr
+    assert len(other.stderr.strip().splitlines()) == 1
+
+
+def test_sweep_report_puts_the_forecast_beside_the_cells(probed, tmp_path):
+    folder, _ = probed
+    probe = Probe.read(folder / "probe.json")
+    out = date("sweep", SPEC, *SHORT, "--batches", "64,256", "--report-only", "--probe",
+               folder / "probe.json", "-o", tmp_path / "sweep")
+    assert out.returncode == 0, out.stderr
+    report = (tmp_path / "sweep" / "report.md").read_text()
+    assert "## Forecast against the result" in report
+    for batch in (64, 256):
+        ahead = forecast(probe.curve, batch, 16, probe.baseline_epochs, 1437)
+        assert f"| {batch} | {ahead.factor:.3g} | {ahead.epochs:.3g} |" in report
+    forecasts = json.loads((tmp_path / "sweep" / "results.json").read_text())["settings"]
+    assert [row["batch"] for row in forecasts["forecast"]["batches"]] == [64, 256]
