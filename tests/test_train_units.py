@@ -223,3 +223,17 @@ def test_cpu_training_flushes_denormals(monkeypatch):
         teardown(runtime)
     finally:
         torch.set_flush_denormal(False)
+
+
+def test_a_step_with_overflowing_gradients_is_non_finite_even_when_the_loss_is_not():
+    from date_engine.train.runtime import Runtime
+    from date_engine.train.step import agree
+
+    rt = Runtime(0, 1, 0, torch.device("cpu"), None, "fp32", False, [])
+    loss = torch.tensor(5e34)
+    assert not agree(rt, loss, False, False).nonfinite
+    assert not agree(rt, loss, False, False, grad_norm=torch.tensor(3.0)).nonfinite
+    assert agree(rt, loss, False, False, grad_norm=torch.tensor(float("inf"))).nonfinite
+    assert agree(rt, torch.tensor(float("nan")), False, False).nonfinite
+    verdict = agree(rt, loss, True, True, noise=torch.tensor([2.0, 1.0]))
+    assert (verdict.stop, verdict.save, verdict.noise) == (True, True, (2.0, 1.0))

@@ -124,13 +124,18 @@ class Verdict:
 
 
 def agree(rt: Runtime, loss: Tensor, stop_requested: bool, save_due: bool,
-          noise: Tensor | None = None) -> Verdict:
+          noise: Tensor | None = None, grad_norm: Tensor | None = None) -> Verdict:
     """The one host synchronisation per step: the flags of every process, OR-ed together, and
-    the noise sample (:meth:`StepRunner.noise_sample`) averaged over them.
+    the noise sample (:meth:`StepRunner.noise_sample`) averaged over them. The step is
+    non-finite when the loss is, or the gradient norm where it was taken: a huge LR can overflow
+    the gradients while the loss still reads finite.
 
     Rank 0's clock alone decides ``save_due``, so every process saves the same step."""
+    bad = ~torch.isfinite(loss)
+    if grad_norm is not None:
+        bad = bad | ~torch.isfinite(grad_norm.to(bad.device))
     parts = [
-        (~torch.isfinite(loss)).float().view(1),
+        bad.float().view(1),
         torch.tensor([float(stop_requested), float(save_due)], device=rt.device),
     ]
     if noise is not None:

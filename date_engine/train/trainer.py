@@ -13,6 +13,7 @@ finish   a checkpoint, the final evaluation, summary.json
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import random
 import signal
@@ -389,6 +390,12 @@ class Trainer:
         step = self.done
         if stopped_by is None and stop_at < last:
             stopped_by = "max-steps"
+        if not ckpt.finite(steps.model.state_dict(), steps.optimizer.state_dict()):
+            # the loss read finite to the end, but the weights or the optimizer's state are not:
+            # a run that cannot be resumed from its end must not report success
+            self._nonfinite(step, None)
+            log.close()
+            return None
         path = self._save(step, steps, log)
         if cfg.dry_run and self.rt.is_main:
             _verify_checkpoint(self.folder, step)
@@ -436,7 +443,8 @@ class Trainer:
                 grad_norm = steps.unscale_and_clip(train.grad_clip, log.is_logging(step))
                 out_of_time = self._out_of_time(log)
                 verdict = agree(rt, loss, stop.signal is not None or out_of_time,
-                                policy.time_due(rt.is_main), steps.noise_sample(grad_norm))
+                                policy.time_due(rt.is_main), steps.noise_sample(grad_norm),
+                                grad_norm)
                 if verdict.nonfinite:  # keep the work since the last checkpoint, if it is finite
                     if self.done > saved:
                         self._save(self.done, steps, log, rng=rng_before)
@@ -569,13 +577,22 @@ class Trainer:
             result[self.recipe.metric_name] = self.recipe.metric(totals)
         return result[self.recipe.metric_name]
 
-    def _nonfinite(self, step: int, loss: torch.Tensor) -> None:
+    def _nonfinite(self, step: int, loss: torch.Tensor | None) -> None:
+        """Report a non-finite stop: the loss or gradients of ``step`` (``loss`` given), or the
+        state after ``step`` (``loss`` None)."""
         last = ckpt.newest_valid(self.folder)
         where = (f"the last good checkpoint is {last.path} (step {last.payload['step']})" if last
                  else "no finite state was left to write a checkpoint of")
-        message = (f"the loss became non-finite ({loss.item()}) at step {step}; stopped without "
-                   f"taking that step, and {where}. Lower baseline.lr, set train.grad_clip, or "
-                   "check the data, then resume with --resume.")
+        if loss is None:
+            what = (f"the weights or optimizer state became non-finite by step {step} (the loss "
+                    "stayed finite); stopped")
+        else:
+            value = loss.item()
+            what = (f"the loss became non-finite ({value})" if not math.isfinite(value) else
+                    f"the gradients became non-finite (the loss read {value:.4g})")
+            what += f" at step {step}; stopped without taking that step"
+        message = (f"{what}, and {where}. Lower baseline.lr, set train.grad_clip, or check the "
+                   "data, then resume with --resume.")
         if self.rt.is_main:
             _error(message)
             self.folder.write_failure(
