@@ -26,9 +26,10 @@ from pathlib import Path
 import torch
 
 from date_engine import load_spec
-from date_engine.probe import DEFAULT_SHARE, ProbeOptions, run_probe
+from date_engine.probe import DEFAULT_SHARE
 from date_engine.recipes import get_recipe
 from date_engine.train.config import RunConfig
+from date_engine.train.probe import ProbeOptions, run_probe
 from date_engine.train.trainer import run
 
 

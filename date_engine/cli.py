@@ -361,7 +361,7 @@ def probe_command(
     """Measure the gradient noise scale over the first part of the baseline's training, and
     forecast what larger batches cost: writes probe.json for date plan --probe."""
     with user_errors():
-        from date_engine.probe import ProbeOptions, measuring_micro_batch, run_probe
+        from date_engine.train.probe import ProbeOptions, measuring_micro_batch, run_probe
 
         path, spec = _spec(spec_arg, overrides)
         recipe = _recipe_to_train(path, spec, spec.recipe)

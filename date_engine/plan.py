@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from date_engine.catalog import OptimizerSettings, entry
 from date_engine.errors import PlanError
 from date_engine.forecast import Forecast, NoiseCurve, forecast
+from date_engine.probe import Probe, baseline_identity
 from date_engine.spec import MAX_STEPS, Spec
 
 if TYPE_CHECKING:  # recipes are passed in, never imported: the plan depends on no recipe
@@ -593,8 +594,6 @@ def resolve_plan(
     world_size = _positive_int("--nproc (world size)", world_size)
     curve = None
     if spec.date.probe is not None:
-        from date_engine.probe import Probe, baseline_identity
-
         samples, _ = _samples_per_epoch(spec, n, source)
         curve = Probe.read(spec.date.probe).matching(baseline_identity(spec, samples)).curve
     plan = derive_plan(spec, batch, dataset_size=n, dataset_size_source=source,

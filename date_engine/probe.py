@@ -8,8 +8,9 @@ smoothed estimates it keeps ``points`` (epoch, B_noise) measurements, one per eq
 probed epochs (the ratio of the stretch's mean |G|² and tr(Σ)), and fits the noise curve
 (:class:`~date_engine.forecast.NoiseCurve`) that :mod:`date_engine.plan` forecasts from.
 
-This module reads and writes probe.json without torch; :func:`probe_points` reads a run's
-metrics.jsonl.
+This module is probe.json's format and reading, without torch (the plan reads it);
+:func:`probe_points` turns a run's metrics.jsonl records into points. The probe's training is
+:mod:`date_engine.train.probe`.
 """
 
 from __future__ import annotations
@@ -160,75 +161,3 @@ def probe_points(records: Sequence[dict[str, Any]], count: int) -> tuple[NoisePo
         scale = trace / grad_sq if grad_sq > 0 and trace > 0 else None
         points.append(NoisePoint((i + 0.5) * width, scale, grad_sq, trace, loss))
     return tuple(points)
-
-
-@dataclass(frozen=True)
-class ProbeOptions:
-    """How ``date probe`` trains: which share of the baseline, within how long, split how."""
-
-    share: float = DEFAULT_SHARE
-    points: int = DEFAULT_POINTS
-    max_minutes: float | None = None
-    nproc: int = 1
-    micro_batch: int | None = None
-
-
-def measuring_micro_batch(batch: int, world_size: int, micro_batch: int | None) -> int:
-    """The micro-batch a probe splits the baseline's batch into: ``micro_batch`` if given, else
-    a quarter of each process's share (or its largest divisor below that), so that every step
-    sees at least 4 micro-batch gradients; refuses a split that sees one."""
-    share = batch // world_size if batch % world_size == 0 else 0
-    if micro_batch is None:
-        micro_batch = next((d for d in range(max(share // 4, 1), 0, -1) if share % d == 0), 1)
-    if share and world_size * share // micro_batch < 2:
-        raise DateError(f"the probe needs two or more micro-batch gradients per step to measure "
-                        f"the noise scale; with {world_size} process(es) and --micro-batch "
-                        f"{micro_batch} the baseline's batch {batch} is one. Use a --micro-batch "
-                        f"of {max(share // 4, 1)} or so.")
-    return micro_batch
-
-
-def run_probe(spec_path: Path, spec: Any, recipe: Any, options: ProbeOptions, folder: Path,
-              command: str = "") -> tuple[Probe | None, int]:
-    """Train the probe into ``folder``/run and write ``folder``/probe.json. Returns the probe
-    (None if the run stopped before measuring enough) and the training's exit code."""
-    import math
-    import time
-
-    from date_engine.plan import resolve_plan
-    from date_engine.runfolder import RunFolder
-    from date_engine.train.config import RunConfig
-    from date_engine.train.launch import LaunchOptions, launch
-
-    batch = spec.baseline.batch_size
-    micro = measuring_micro_batch(batch, options.nproc, options.micro_batch)
-    planned = resolve_plan(spec, batch, options.nproc, micro, recipe)
-    plan, split = planned.plan, planned.split
-    steps = max(math.ceil(options.share * plan.total_iterations), 2 * options.points)
-    run_dir = folder / "run"
-    folder.mkdir(parents=True, exist_ok=True)
-    config = RunConfig(
-        spec=spec.model_dump(mode="json", exclude_none=True), spec_path=str(spec_path),
-        recipe=recipe.name if ":" not in (spec.recipe or "") else spec.recipe, batch=batch,
-        world_size=options.nproc, micro_batch=micro, output_dir=str(run_dir),
-        max_steps=min(steps, plan.total_iterations),
-        max_seconds=options.max_minutes * 60 if options.max_minutes else None,
-        precision=spec.train.precision)
-    began = time.perf_counter()
-    code = launch(config, LaunchOptions(nproc=options.nproc))
-    run = RunFolder(run_dir)
-    summary = run.read_summary()
-    points = probe_points(run.read_metrics(), options.points)
-    usable = [p for p in points if p.noise_scale is not None]
-    if code or summary is None or len({p.epoch for p in usable}) < 2:
-        return None, code or 1
-    probe = Probe(
-        baseline=baseline_identity(spec, plan.dataset_size),
-        baseline_epochs=plan.total_epochs, steps=summary.steps,
-        baseline_steps=plan.total_iterations, epochs=plan.epoch(summary.steps),
-        micro_batch=split.micro_batch, world_size=split.world_size,
-        accumulation_steps=split.accumulation_steps,
-        wall_seconds=round(summary.wall_time_s or (time.perf_counter() - began), 3),
-        points=points, command=command, run_dir=str(run_dir))
-    probe.write(folder / "probe.json")
-    return probe, 0
