@@ -22,6 +22,7 @@ from date_engine.checks import (
     parse_size,
 )
 from date_engine.errors import DateError
+from date_engine.probe import DEFAULT_POINTS, DEFAULT_SHARE
 from date_engine.spec import Spec, load_spec
 from date_engine.sweep.schemes import DEFAULT_LR_GRID
 
@@ -354,7 +355,7 @@ ProbeOutputOpt = Annotated[Optional[Path], _opt(
 @app.command("probe", epilog="Example: date probe lenet-mnist, then date plan lenet-mnist --batch "
              "4096 --probe runs/lenet-mnist-probe/probe.json --budget hold")
 def probe_command(
-    spec_arg: SpecArg, points: PointsOpt = 8, share: ShareOpt = 0.1,
+    spec_arg: SpecArg, points: PointsOpt = DEFAULT_POINTS, share: ShareOpt = DEFAULT_SHARE,
     budget_minutes: MinutesOpt = None, nproc: NprocOpt = 1, micro_batch: MicroOpt = None,
     overrides: SetOpt = None, output_dir: ProbeOutputOpt = None,
 ) -> None:

@@ -28,7 +28,7 @@ __all__ = ["DEFAULT_POINTS", "DEFAULT_SHARE", "PROBE_FORMAT", "NoisePoint", "Pro
            "baseline_identity", "probe_points"]
 
 PROBE_FORMAT = 1
-DEFAULT_SHARE = 0.1
+DEFAULT_SHARE = 0.08
 """The share of the baseline's optimizer steps a probe trains (docs/noise.md: how much it must
 see)."""
 DEFAULT_POINTS = 8

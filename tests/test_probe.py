@@ -122,7 +122,7 @@ def test_date_probe_trains_a_share_of_the_baseline_and_writes_its_forecast(probe
     folder, result = probed
     probe = Probe.read(folder / "probe.json")
     assert probe.steps == math.ceil(0.1 * probe.baseline_steps)
-    assert probe.micro_batch * probe.accumulation_steps == 16 and probe.accumulation_steps == 4
+    assert probe.micro_batch * probe.accumulation_steps == 16 and probe.accumulation_steps == 2
     assert len(probe.points) == 4  # one may be unmeasurable (mean |G|² ≤ 0): kept as None
     assert sum(p.noise_scale is not None and p.noise_scale > 0 for p in probe.points) >= 2
     assert (folder / "probe.png").stat().st_size > 0

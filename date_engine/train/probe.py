@@ -33,16 +33,18 @@ class ProbeOptions:
 
 def measuring_micro_batch(batch: int, world_size: int, micro_batch: int | None) -> int:
     """The micro-batch a probe splits the baseline's batch into: ``micro_batch`` if given, else
-    a quarter of each process's share (or its largest divisor below that), so that every step
-    sees at least 4 micro-batch gradients; refuses a split that sees one."""
+    each process's whole share when there are several processes, and half of it (or its
+    largest divisor below that) on one — two gradients per step are enough to measure, and each
+    further split slows the probe (docs/noise.md); refuses a split that sees one."""
     share = batch // world_size if batch % world_size == 0 else 0
     if micro_batch is None:
-        micro_batch = next((d for d in range(max(share // 4, 1), 0, -1) if share % d == 0), 1)
+        parts = 1 if world_size > 1 else 2
+        micro_batch = next((d for d in range(max(share // parts, 1), 0, -1) if share % d == 0), 1)
     if share and world_size * share // micro_batch < 2:
         raise DateError(f"the probe needs two or more micro-batch gradients per step to measure "
                         f"the noise scale; with {world_size} process(es) and --micro-batch "
                         f"{micro_batch} the baseline's batch {batch} is one. Use a --micro-batch "
-                        f"of {max(share // 4, 1)} or so.")
+                        f"of {max(share // 2, 1)} or less.")
     return micro_batch
 
 
