@@ -347,6 +347,9 @@ ShareOpt = Annotated[float, typer.Option(
 MinutesOpt = Annotated[Optional[float], _opt(
     "--budget-minutes", min=0.01, help="Stop after this many minutes of training, even before "
     "--share is reached.")]
+ProbeMicroOpt = Annotated[Optional[int], _opt(
+    "--micro-batch", help="Samples per process per pass (default: half the baseline's batch on one "
+    "process, each process's share on several: two or more gradients per step).")]
 ProbeOutputOpt = Annotated[Optional[Path], _opt(
     "--output-dir", "-o", help="Probe folder: probe.json, probe.png and the training run "
     "(default: runs/<recipe>-probe, then -2, -3, ...).")]
@@ -356,7 +359,7 @@ ProbeOutputOpt = Annotated[Optional[Path], _opt(
              "4096 --probe runs/lenet-mnist-probe/probe.json --budget hold")
 def probe_command(
     spec_arg: SpecArg, points: PointsOpt = DEFAULT_POINTS, share: ShareOpt = DEFAULT_SHARE,
-    budget_minutes: MinutesOpt = None, nproc: NprocOpt = 1, micro_batch: MicroOpt = None,
+    budget_minutes: MinutesOpt = None, nproc: NprocOpt = 1, micro_batch: ProbeMicroOpt = None,
     overrides: SetOpt = None, output_dir: ProbeOutputOpt = None,
 ) -> None:
     """Measure the gradient noise scale over the first part of the baseline's training, and
