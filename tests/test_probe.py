@@ -166,3 +166,26 @@ def test_sweep_report_puts_the_forecast_beside_the_cells(probed, tmp_path):
         assert f"| {batch} | {ahead.factor:.3g} | {ahead.epochs:.3g} |" in report
     forecasts = json.loads((tmp_path / "sweep" / "results.json").read_text())["settings"]
     assert [row["batch"] for row in forecasts["forecast"]["batches"]] == [64, 256]
+
+
+def test_a_time_budget_stops_the_run_with_a_checkpoint_to_resume(tmp_path):
+    """What --budget-minutes rests on: RunConfig.max_seconds stops training, checkpointed."""
+    import contextlib
+    import io
+
+    from date_engine.runfolder import RunFolder
+    from date_engine.spec import load_spec
+    from date_engine.train.config import RunConfig
+    from date_engine.train.trainer import run
+
+    spec = load_spec(SPEC, ["baseline.epochs=10", "baseline.warmup_epochs=0.5"])
+    out = tmp_path / "run"
+    config = RunConfig(spec=spec.model_dump(mode="json", exclude_none=True), spec_path=SPEC,
+                       recipe="lenet-digits", batch=16, world_size=1, micro_batch=8,
+                       output_dir=str(out), max_seconds=0.5)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert run(config) == 0
+    summary = RunFolder(out).read_summary()
+    assert summary.stopped_by == "time-limit" and 0 < summary.steps < summary.total_steps
+    newest = sorted((out / "checkpoints").glob("step-*.pt"))[-1]
+    assert newest.name == f"step-{summary.steps:08d}.pt"
