@@ -11,7 +11,6 @@ from rich.text import Text
 
 from date_engine.errors import DateError
 from date_engine.forecast import forecast
-from date_engine.plan import fmt
 from date_engine.probe import Probe
 
 __all__ = ["FORECAST_SCALES", "probe_figure", "render_probe"]
@@ -29,7 +28,7 @@ def render_probe(probe: Probe, title: str) -> Group:
                        f"{p.grad_sq:.4g}", f"{p.grad_trace:.4g}", f"{p.loss:.4g}")
     curve, b0, e0 = probe.curve, probe.baseline["batch_size"], probe.baseline_epochs
     n = probe.baseline["dataset_size"]
-    table = Table(title=f"Forecast (baseline {b0} × {fmt(e0)} epochs)", title_justify="left")
+    table = Table(title=f"Forecast (baseline {b0} × {e0:.4g} epochs)", title_justify="left")
     for col in ("batch", "k", "epochs to the baseline's loss", "× epochs", "steps",
                 "steps saved", "same epochs"):
         table.add_column(col, justify="right")
@@ -49,8 +48,8 @@ def render_probe(probe: Probe, title: str) -> Group:
              f"{probe.accumulation_steps}."),
         points,
         Text(f"Fit: B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g} (measured over epochs "
-             f"{curve.first:.3g}–{curve.last:.3g}, extrapolated to {fmt(e0)}: "
-             f"B_noise({fmt(e0)}) ≈ {curve(e0):,.0f})."),
+             f"{curve.first:.3g}–{curve.last:.3g}, extrapolated to {e0:.4g}: "
+             f"B_noise({e0:.4g}) ≈ {curve(e0):,.0f})."),
         table,
         Text(f"Critical batch ≈ {crit:,}: beyond it, the baseline's epochs are forecast to need "
              "more than twice its samples to reach its loss, and same-epoch training to lose "
