@@ -141,9 +141,10 @@ def agree(rt: Runtime, loss: Tensor, stop_requested: bool, save_due: bool,
     if noise is not None:
         parts.append(noise.float())
     values = torch.cat(parts)
+    flags = 3
     if rt.distributed:
         dist.all_reduce(values)  # a sum: a flag is set if any process set it
-        values[3:] /= rt.world_size
+        values[flags:] /= rt.world_size
     nonfinite, stop, save, *sample = values.tolist()
     measured = (sample[0], sample[1]) if sample else None
     return Verdict(nonfinite > 0, stop > 0, save > 0, measured)

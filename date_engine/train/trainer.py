@@ -12,6 +12,7 @@ finish   a checkpoint, the final evaluation, summary.json
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -28,7 +29,7 @@ import torch.distributed as dist
 from rich.console import Console
 
 from date_engine.errors import DataMissing, DateError
-from date_engine.noise import NoiseScale
+from date_engine.noise import NoiseEstimate, NoiseScale
 from date_engine.optim.build import build_optimizer
 from date_engine.plan import BatchSplit, RunPlan, resolve_plan
 from date_engine.recipes import DataOptions, RecipeData, get_recipe
@@ -40,7 +41,7 @@ from date_engine.train.config import RunConfig
 from date_engine.train.reporting import RunLogger
 from date_engine.train.runtime import Runtime, setup, teardown
 from date_engine.train.sampling import MicroBatchSampler
-from date_engine.train.step import StepRunner, agree, to_device
+from date_engine.train.step import StepRunner, Verdict, agree, to_device
 from date_engine.view.console import error_line, note_line
 
 __all__ = ["EXIT_NONFINITE", "Trainer", "run"]
@@ -100,6 +101,11 @@ class ResumePoint:
     train_seconds: float = 0.0
 
 
+
+class _NonFiniteState(Exception):
+    """The model's or optimizer's state is not finite (found when a checkpoint was to be
+    written)."""
+
 class Trainer:
     """One process's run of ``date scale``."""
 
@@ -130,6 +136,7 @@ class Trainer:
         found = self._checkpoint_to_resume()  # every refusal happens before anything is written
         if found is not None and self._already_finished(found):
             return 0
+        self.noise = self._noise_scale()
         self._announce(data)
 
         torch.manual_seed(self.seed)  # the same initial weights on every process
@@ -137,7 +144,6 @@ class Trainer:
         optimizer = build_optimizer(model.named_parameters(), self.plan.optimizer,
                                     self.plan.peak_lr)
         scaler = self.rt.grad_scaler()
-        self.noise = self._noise_scale()
         point = self._restore(found, model, optimizer, scaler)
         steps = StepRunner(model, self._wrap(model), optimizer, scaler, self.recipe, data, self.rt,
                            self.split.accumulation_steps, measure_noise=self.noise is not None)
@@ -234,7 +240,7 @@ class Trainer:
         )
         if data.note:
             self.console.print(note_line(data.note), soft_wrap=True)
-        if self.split.world_size * self.split.accumulation_steps < 2 and not cfg.dry_run:
+        if self.noise is None and cfg.measure_noise and not cfg.dry_run:
             self.console.print(note_line(
                 "the gradient noise scale is not measured: each step sees one gradient (one "
                 "process, no accumulation); a --micro-batch below the batch measures it."),
@@ -390,13 +396,12 @@ class Trainer:
         step = self.done
         if stopped_by is None and stop_at < last:
             stopped_by = "max-steps"
-        if not ckpt.finite(steps.model.state_dict(), steps.optimizer.state_dict()):
-            # the loss read finite to the end, but the weights or the optimizer's state are not:
-            # a run that cannot be resumed from its end must not report success
+        try:
+            path = self._save(step, steps, log)
+        except _NonFiniteState:  # the loss read finite to the end, the state did not stay so
             self._nonfinite(step, None)
             log.close()
             return None
-        path = self._save(step, steps, log)
         if cfg.dry_run and self.rt.is_main:
             _verify_checkpoint(self.folder, step)
         metric = None
@@ -447,7 +452,8 @@ class Trainer:
                                 grad_norm)
                 if verdict.nonfinite:  # keep the work since the last checkpoint, if it is finite
                     if self.done > saved:
-                        self._save(self.done, steps, log, rng=rng_before)
+                        with contextlib.suppress(_NonFiniteState):
+                            self._save(self.done, steps, log, rng=rng_before)
                     self._nonfinite(step, loss)
                     return "non-finite"
                 self.done = None  # inside the update: no consistent state to save until it ends
@@ -462,14 +468,18 @@ class Trainer:
                     self._save(step, steps, log)
                     saved = step
                     policy.saved()
+        except _NonFiniteState:  # a checkpoint was due, and the state behind a finite loss is not
+            self._nonfinite(step, None)
+            return "non-finite"
         except BaseException:
             # Anything unexpected (an exception, a second Ctrl-C): keep the work of the steps
             # completed since the last checkpoint. Only a lone process can: the others of a job
             # may be stuck in a collective.
             if not rt.distributed and self.done is not None and self.done > saved:
                 rng = rng_before if self.done == step - 1 else None  # None: the state now
-                path = self._save(self.done, steps, log, rng=rng)
-                Console(stderr=True).print(f"saved {path} (step {self.done}) before stopping")
+                with contextlib.suppress(_NonFiniteState):
+                    path = self._save(self.done, steps, log, rng=rng)
+                    Console(stderr=True).print(f"saved {path} (step {self.done}) before stopping")
             raise
         finally:
             stop.restore()
@@ -477,11 +487,12 @@ class Trainer:
         return None
 
     def _out_of_time(self, log: RunLogger) -> bool:
-        """Rank 0's clock says the run's --max-minutes (train seconds) are spent."""
+        """Rank 0's clock says the run's ``max_seconds`` of training (``date probe
+        --budget-minutes``) are spent."""
         limit = self.config.max_seconds
         return bool(limit) and self.rt.is_main and log.train_seconds() >= limit
 
-    def _measured(self, verdict):
+    def _measured(self, verdict: Verdict) -> NoiseEstimate | None:
         """Fold the step's noise sample in; the smoothed estimate after it (None if unmeasured)."""
         if self.noise is None or verdict.noise is None:
             return None
@@ -513,9 +524,12 @@ class Trainer:
 
     def _save(self, step: int, steps: StepRunner, log: RunLogger, rng=None):
         """Write the checkpoint of ``step`` (collective: every process sends its RNG states and
-        its unlogged losses) if the model and optimizer states are finite. Returns the path on
-        rank 0 when written, else None."""
+        its unlogged losses). Returns the path on rank 0, else None. Raises
+        :class:`_NonFiniteState` on every process when the model's or optimizer's state is not
+        finite: no checkpoint may promise a state training cannot go on from."""
         rt = self.rt
+        if not ckpt.finite(steps.model.state_dict(), steps.optimizer.state_dict()):
+            raise _NonFiniteState  # the replicas are equal, so every process raises it
         mine = {
             "rng": rng if rng is not None else ckpt.capture_rng(),
             "log_window": log.window_state(),
@@ -525,8 +539,6 @@ class Trainer:
             dist.all_gather_object(states, mine)
         if not rt.is_main:
             return None
-        if not ckpt.finite(steps.model.state_dict(), steps.optimizer.state_dict()):
-            return None  # no checkpoint may promise a state training cannot go on from
         payload = {
             "format": ckpt.FORMAT,
             "step": step,
