@@ -395,12 +395,11 @@ def probe_command(
 def _probe_folder(output_dir: Path | None, recipe: str) -> Path:
     """``--output-dir``, refused if it holds a probe; else the first free of
     runs/<recipe>-probe, -2, -3, ..."""
-    if output_dir is not None:
-        taken = [output_dir]
-    else:
-        base = Path(f"runs/{recipe}-probe")
-        taken = [base] + [base.with_name(f"{base.name}-{i}") for i in range(2, 10_000)]
-    for folder in taken:
+    from date_engine.runfolder import folder_versions
+
+    candidates = [output_dir] if output_dir is not None else \
+        folder_versions(Path(f"runs/{recipe}-probe"))
+    for folder in candidates:
         if not ((folder / "probe.json").exists() or (folder / "run").exists()):
             return output_folder(folder, "--output-dir")
     raise DateError(f"{output_dir} already holds a probe; choose another --output-dir or remove "

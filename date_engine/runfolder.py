@@ -260,14 +260,18 @@ class RunFolder:
         return records
 
 
+def folder_versions(base: Path) -> list[Path]:
+    """``base``, ``base-2``, ``base-3``, ...: the folders a command that names none may use."""
+    return [base] + [base.with_name(f"{base.name}-{i}") for i in range(2, 10_000)]
+
+
 def default_run_folder(base: Path, resume: bool) -> Path:
     """The run folder a command gets when it names none: ``base`` if it holds no run yet, else
     the first free of ``base-2``, ``base-3``, ... (so that running a command again starts a new
     run, as Lightning's versions do); with ``resume``, the newest of them that holds checkpoints
     (``base`` itself when none does, so that --resume says there is nothing to resume)."""
-    versions = [base] + [base.with_name(f"{base.name}-{i}") for i in range(2, 10_000)]
     taken = []
-    for folder in versions:
+    for folder in (versions := folder_versions(base)):
         run = RunFolder(folder)
         if not (run.plan_path.exists() or run.checkpoints()):
             break

@@ -52,13 +52,19 @@ def save_lr_plot(path: str | Path, plans: Sequence[tuple[str, Plan]]) -> Path:
     per_step = first.target_batch / first.dataset_size
     top = ax.secondary_xaxis("top", functions=(lambda s: s * per_step, lambda e: e / per_step))
     top.set_xlabel("epoch")
+    return save_figure(plt, fig, ax, path, f"--plot {path}")
+
+
+def save_figure(plt, fig, ax, path: Path, name: str) -> Path:
+    """Finish a one-panel figure (grid, legend, tight layout), write it to ``path`` and close it;
+    a file that cannot be written is a DateError naming it as ``name``."""
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
     try:
         fig.savefig(path)
     except OSError as exc:
-        raise DateError(f"--plot {path}: cannot write the file ({exc.strerror}).") from None
+        raise DateError(f"{name}: cannot write the file ({exc.strerror}).") from None
     finally:
         plt.close(fig)
     return path

@@ -9,7 +9,6 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from date_engine.errors import DateError
 from date_engine.forecast import forecast
 from date_engine.probe import Probe
 
@@ -60,7 +59,7 @@ def render_probe(probe: Probe, title: str) -> Group:
 
 def probe_figure(probe: Probe, path: Path) -> Path | None:
     """B_noise against epoch: the measured points and the fitted curve to the baseline's end."""
-    from date_engine.view.plots import pyplot
+    from date_engine.view.plots import pyplot, save_figure
 
     plt = pyplot()
     if plt is None:
@@ -80,13 +79,4 @@ def probe_figure(probe: Probe, path: Path) -> Path | None:
     ax.set_yscale("log")
     ax.set_xlabel("epoch of the baseline")
     ax.set_ylabel("gradient noise scale B_noise")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    try:
-        fig.savefig(path)
-    except OSError as exc:
-        raise DateError(f"{path}: cannot write the figure ({exc.strerror}).") from None
-    finally:
-        plt.close(fig)
-    return path
+    return save_figure(plt, fig, ax, path, str(path))
