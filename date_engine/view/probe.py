@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from date_engine.forecast import forecast
+from date_engine.forecast import critical_batch, forecast
 from date_engine.probe import Probe
 
 __all__ = ["FORECAST_SCALES", "probe_figure", "render_probe"]
@@ -38,7 +38,7 @@ def render_probe(probe: Probe, title: str) -> Group:
         table.add_row(f"{k * b0:,}", str(k), f"{f.epochs:.3g}", f"{f.factor:.2f}",
                       f"{f.steps:,}", f"{f.speedup:.1f}×",
                       "expected to lose accuracy" if f.beyond_critical else "holds")
-    crit = forecast(curve, b0, b0, e0, n).critical_batch
+    crit = critical_batch(curve, b0, e0)
     lines = [
         Text(title, style="bold"),
         Text(f"Probed {probe.steps:,} of the baseline's {probe.baseline_steps:,} optimizer steps "
