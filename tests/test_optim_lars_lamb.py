@@ -9,7 +9,7 @@ import torch
 
 from date_engine.optim import LAMB, LARS
 from date_engine.optim.reference import ReferenceLAMB, ReferenceLARS
-from tests.test_optim_date import gradients, make_params, run
+from tests.test_optim_date import assert_relative_error, gradients, make_params, run
 
 CASES = {
     "lars": (LARS, ReferenceLARS, dict(lr=0.1, momentum=0.9), dict(lr=0.05, weight_decay=1e-2)),
@@ -30,27 +30,39 @@ CASES = {
 GROUP = {"w1": 0, "one": 0, "bias": 0, "zero_w": 0, "nograd": 0, "w2": 1, "w3": 1}
 
 
-def build(cls, params, opts0, opts1):
+def build(cls, params, opts0, opts1, **options):
     return cls(
         [
             {"params": [p for n, p in params.items() if GROUP[n] == k], **opts}
             for k, opts in enumerate((opts0, opts1))
         ],
         lr=opts0["lr"],
+        **options,
     )
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "foreach"])
 @pytest.mark.parametrize("case", CASES)
-def test_matches_per_parameter_reference(case):
+def test_matches_per_parameter_reference(case, fused):
     cls, ref_cls, opts0, opts1 = CASES[case]
     grads = gradients()
     a, b = make_params(), make_params()
-    got = run(build(cls, a, opts0, opts1), a, grads)
+    got = run(build(cls, a, opts0, opts1, fused=fused), a, grads)
     want = run(build(ref_cls, b, opts0, opts1), b, grads)
     for name in got:
         torch.testing.assert_close(got[name], want[name], rtol=1e-9, atol=1e-12, msg=name)
     assert not torch.equal(got["w1"], make_params()["w1"]), "the parameters moved"
     assert torch.equal(got["nograd"], make_params()["nograd"])
+
+
+@pytest.mark.parametrize("case", ["lars", "lamb"])
+def test_fused_host_path_in_float32_stays_within_1e6_of_float64_over_100_steps(case):
+    """The fused host path in float32 against the (reference-checked) foreach path in float64."""
+    cls, _, opts0, opts1 = CASES[case]
+    a, b = make_params(torch.float32), make_params()
+    got = run(build(cls, a, opts0, opts1), a, gradients(torch.float32, steps=100, seed=2))
+    want = run(build(cls, b, opts0, opts1, fused=False), b, gradients(steps=100, seed=2))
+    assert_relative_error(got, want, 1e-6)
 
 
 @pytest.mark.parametrize("case", ["lars", "lamb"])
@@ -76,9 +88,10 @@ def test_state_dict_resume_is_exact(case):
 
 @pytest.mark.parametrize("case", ["lars", "lamb"])
 def test_step_never_synchronises_with_the_host(monkeypatch, case):
+    """On the path accelerators take; the fused host path reads each layer's norms as numbers."""
     cls, _, opts0, opts1 = CASES[case]
     params = make_params(torch.float32)
-    opt = build(cls, params, opts0, opts1)
+    opt = build(cls, params, opts0, opts1, fused=False)
     grads = gradients(torch.float32)
     run(opt, params, grads[:1])
 
@@ -111,3 +124,14 @@ def test_deepcopy_keeps_working(case):
     clone = copy.deepcopy(opt)
     assert clone.state_dict()["state"].keys() == opt.state_dict()["state"].keys()
     run(clone, params, gradients(torch.float32)[2:3])
+
+
+@pytest.mark.parametrize("cls", [LARS, LAMB])
+def test_no_parameter_sized_temporaries_after_the_first_step(cls):
+    from tests.test_optim_date import steady_state_allocations
+
+    shapes = [(512, 1024), (1024,), (1024, 768)]
+    gen = torch.Generator().manual_seed(0)
+    grads = [[torch.randn(s, generator=gen) for s in shapes] for _ in range(3)]
+    params = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in shapes]
+    assert steady_state_allocations(cls(params, lr=1e-3, weight_decay=1e-4), params, grads) == []

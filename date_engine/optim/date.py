@@ -6,12 +6,21 @@ multipliers r_l (:mod:`date_engine.optim.ratios`) and takes the base optimizer's
 at learning rate lr·r_l:
 
 - SGD-family bases (SGD, momentum, Nesterov): r_l scales the layer's gradient, its L2 weight-decay
-  term included, before the momentum update — the LARS placement. For ``torch.optim.SGD`` this is
-  done in the same foreach passes as SGD's own update, so it costs two norm reductions and no
-  memory.
+  term included, before the momentum update — the LARS placement.
 - Adaptive bases (AdaGrad, RMSprop, Adam, AdamW, ...): a scaled gradient would cancel inside their
-  normalisation, so r_l scales the base's *update*: w ← w_before + r_l·(w_after − w_before). This
-  needs one buffer the size of the adapted parameters.
+  normalisation, so r_l scales the base's *update*: w ← w_before + r_l·(w_after − w_before).
+
+How the step runs (:attr:`DATE.implementation`), fastest first:
+
+- ``"fused"``: torch's fused kernel of the base, one call per layer at that layer's rate
+  (:mod:`date_engine.optim._fused`): one pass over memory besides the two norm reductions, no
+  temporaries. For ``torch.optim`` SGD (not Nesterov), Adam, AdamW, AdaGrad and RMSprop (no
+  momentum, not centred) on the CPU, whatever their own ``foreach``/``fused`` flags.
+- ``"foreach"``: multi-tensor passes with no host synchronisation — the choice on accelerators.
+  SGD's update is run by DATE itself with r_l folded into the same passes; any other base takes
+  its own step between a copy of the parameters and a lerp back, which needs one buffer the size
+  of the adapted parameters.
+- ``"loop"``: the same, one tensor at a time (``foreach=False``).
 
 ``param_groups`` and ``state`` are the base's own objects, so LR schedulers, ``GradScaler`` and
 checkpoints work on a DATE optimizer as on the base — also after ``load_state_dict``.
@@ -28,6 +37,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from date_engine.catalog import CATALOG, Placement
+from date_engine.optim._fused import FusedBase, fused_base, host_kernels
 from date_engine.optim._tensors import (
     decay_add_,
     group_by_device_and_dtype,
@@ -56,7 +66,10 @@ class DATE(Optimizer):
             always kept at 1.
         placement: where r enters, ``"gradient"`` or ``"update"``; inferred from ``base``'s class,
             required for optimizers this module does not know.
-        foreach: use ``torch._foreach_*`` ops (default) or a per-tensor loop (``False``).
+        foreach: where the fused kernels do not serve, use ``torch._foreach_*`` ops (default) or
+            a per-tensor loop (``False``).
+        fused: take the fused per-layer step where it serves (``None``, the default), or never
+            (``False``).
 
     After each step, :attr:`last_ratios` holds the adapted layers' multipliers as a device tensor;
     reading it (for logging) is the only host synchronisation.
@@ -73,6 +86,7 @@ class DATE(Optimizer):
         exclude: Exclude | None = None,
         placement: Placement | None = None,
         foreach: bool | None = None,
+        fused: bool | None = None,
     ) -> None:
         if not isinstance(base, Optimizer) or isinstance(base, DATE):
             raise TypeError(f"DATE wraps a torch optimizer, got {type(base).__name__}")
@@ -94,17 +108,23 @@ class DATE(Optimizer):
         _refuse_unwrappable(base, placement)
         self.placement: Placement = placement or _placement_of(base)
         self.foreach = True if foreach is None else foreach
+        self._fused: FusedBase | None = None if fused is False else fused_base(base)
+        if self._fused is not None and self._fused.name == "SGD" and self.placement != "gradient":
+            self._fused = None
+        if self._fused is not None and self._fused.name != "SGD" and self.placement != "update":
+            self._fused = None
         self.steps = 0
         """Optimizer steps taken through this wrapper (skipped GradScaler steps do not count)."""
         self.last_ratios: Tensor | None = None
         """r_l of the adapted layers at the last step, in parameter order (None before a step)."""
-        self._before: dict[Tensor, Tensor] = {}  # update placement: parameters before the base step
+        self._scratch: dict[Tensor, Tensor] = {}  # per-parameter buffers, allocated once
+        self.implementation = "off" if self.rule.mode == "off" else None
+        """How the last step ran: ``"fused"``, ``"foreach"``, ``"loop"`` (None before a step),
+        or ``"off"`` (the base's own step)."""
         if isinstance(base, torch.optim.SGD):
             for group in base.param_groups:
-                if group.get("differentiable") or group.get("fused"):
-                    raise ValueError(
-                        "DATE does not support SGD with differentiable=True or fused=True"
-                    )
+                if group.get("differentiable"):
+                    raise ValueError("DATE does not support SGD with differentiable=True")
 
     # ------------------------------------------------------------- the base's objects, shared
 
@@ -133,11 +153,11 @@ class DATE(Optimizer):
         self.base.defaults = value
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_before"}
+        return {k: v for k, v in self.__dict__.items() if k != "_scratch"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._before = {}
+        self._scratch = {}
         self._patch_step_function()
 
     def __repr__(self) -> str:
@@ -168,7 +188,7 @@ class DATE(Optimizer):
         self.base.load_state_dict({k: v for k, v in state_dict.items() if k != "date"})
         self.steps = int(own.get("steps", 0))
         self.last_ratios = own.get("last_ratios")
-        self._before.clear()
+        self._scratch.clear()
 
     # ------------------------------------------------------------------------- the step
 
@@ -186,7 +206,11 @@ class DATE(Optimizer):
         entries = self._entries()
         adapted, spans = bucketed([p for p, _, keep in entries if keep])
         ratios = self._ratios(adapted, spans)
-        if self.placement == "update":
+        kernel = self._fused_kernel(entries)
+        self.implementation = "fused" if kernel else "foreach" if self.foreach else "loop"
+        if kernel is not None:
+            self._step_fused(kernel, entries, adapted, ratios)
+        elif self.placement == "update":
             self._step_scaling_update(adapted, spans, ratios)
         elif isinstance(self.base, torch.optim.SGD):
             self._step_sgd(entries, adapted, ratios)
@@ -227,6 +251,23 @@ class DATE(Optimizer):
             g = torch.cat([norms([p.grad]).to(home, acc) for p in adapted])
         return layer_ratios(w, g, self.rule)
 
+    def _fused_kernel(self, entries) -> FusedBase | None:
+        """The base's fused per-layer step, if it serves every parameter and group this step."""
+        kernel = self._fused
+        if kernel is None or not host_kernels([p for p, _, _ in entries]):
+            return None
+        groups = {id(g): g for _, g, _ in entries}.values()
+        return kernel if all(kernel.supports(g) for g in groups) else None
+
+    def _step_fused(self, kernel: FusedBase, entries, adapted: list[Tensor],
+                    ratios: Tensor) -> None:
+        rate = dict(zip(adapted, ratios.tolist()))  # host numbers: free where the tensors live
+        for group in self.param_groups:
+            params = [p for p, g, _ in entries if g is group]
+            if params:
+                kernel.step(group, params, [rate.get(p, 1.0) for p in params], self.state,
+                            self._scratch)
+
     # Adaptive bases: scale the base's update.
     def _step_scaling_update(
         self, adapted: list[Tensor], spans: list[slice], ratios: Tensor
@@ -249,9 +290,9 @@ class DATE(Optimizer):
                 p.lerp_(b, like(k, p))
 
     def _buffer(self, p: Tensor) -> Tensor:
-        buf = self._before.get(p)
+        buf = self._scratch.get(p)
         if buf is None or buf.shape != p.shape:
-            buf = self._before[p] = torch.empty_like(p)
+            buf = self._scratch[p] = torch.empty_like(p)
         return buf
 
     # Any other gradient-placement base: scale the gradients, then its own step.

@@ -9,7 +9,11 @@ Per parameter tensor, at step t, with Adam's moments and bias corrections b1 = 1
     w ← w − η·r·u
 
 A param group with ``layer_ratio=False`` keeps r = 1 (Adam with L2 folded into the update).
-No host synchronisation in ``step``.
+
+On the CPU each layer is done before the next, so its later passes find it in cache: torch's fused
+AdamW kernel updates the moments and writes −u into a buffer kept per layer
+(:func:`date_engine.optim._fused.lamb_direction_`), then the two norms, then w ← w − η·r·u.
+Elsewhere the same runs as multi-tensor passes with no host synchronisation.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from date_engine.optim._fused import host_kernels, lamb_direction_, norm
 from date_engine.optim._tensors import LayerwiseOptimizer, like, norms, scalars
-from date_engine.optim.ratios import trust_ratio
+from date_engine.optim.ratios import trust_ratio, trust_ratio_value
 
 __all__ = ["LAMB"]
 
@@ -36,6 +41,7 @@ class LAMB(LayerwiseOptimizer):
         eps: float = 1e-6,
         weight_decay: float = 0.0,
         phi_bounds: tuple[float, float] | None = None,
+        fused: bool | None = None,
     ) -> None:
         if lr <= 0 or eps <= 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
             raise ValueError(
@@ -45,6 +51,8 @@ class LAMB(LayerwiseOptimizer):
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                         phi_bounds=phi_bounds, layer_ratio=True)
         super().__init__(params, defaults)
+        self.fused = fused is not False
+        """Take the fused per-layer host path where it serves (``fused=False``: never)."""
         self._u: dict[Tensor, Tensor] = {}  # the update u, one buffer per parameter, reused
 
     refused_dtypes = (torch.float16,)
@@ -57,8 +65,8 @@ class LAMB(LayerwiseOptimizer):
         self._u = {}
 
     def _scratch(self, p: Tensor) -> Tensor:
-        if p not in self._u:
-            self._u[p] = torch.empty_like(_real(p))
+        if p not in self._u:  # zeros: the host path needs finite values in it (lamb_direction_)
+            self._u[p] = torch.zeros_like(_real(p))
         return self._u[p]
 
     def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
@@ -73,8 +81,19 @@ class LAMB(LayerwiseOptimizer):
         by_step: dict[int, list[Tensor]] = {}
         for p in params:
             by_step.setdefault(self.state[p]["step"], []).append(p)
+        host = self.fused and host_kernels(params)
         for t, ps in by_step.items():
-            self._update_at(ps, group, t)
+            (self._update_host if host else self._update_at)(ps, group, t)
+
+    def _update_host(self, params: list[Tensor], group: dict[str, Any], t: int) -> None:
+        step = torch.tensor(float(t))  # the fused kernel reads the step count from a tensor
+        lr, betas, eps, wd = float(group["lr"]), group["betas"], group["eps"], group["weight_decay"]
+        for p in params:
+            state, u = self.state[p], self._scratch(p)
+            lamb_direction_(p, state["exp_avg"], state["exp_avg_sq"], step, u, betas, eps, wd)
+            r = trust_ratio_value(norm(p), norm(u), phi_bounds=group["phi_bounds"]) \
+                if group["layer_ratio"] else 1.0
+            p.add_(u, alpha=lr * r)  # u holds −u
 
     def _update_at(self, params: list[Tensor], group: dict[str, Any], t: int) -> None:
         (beta1, beta2), eps, wd, lr = (

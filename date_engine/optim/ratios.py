@@ -24,7 +24,7 @@ from torch import Tensor
 
 from date_engine.catalog import LAYER_RATIO_DEFAULTS
 
-__all__ = ["DEFAULTS", "RatioRule", "layer_ratios", "trust_ratio"]
+__all__ = ["DEFAULTS", "RatioRule", "layer_ratios", "trust_ratio", "trust_ratio_value"]
 
 Mode = Literal["dynamic", "static", "off"]
 
@@ -78,6 +78,21 @@ def trust_ratio(
     phi = w.clamp(*phi_bounds) if phi_bounds is not None else w
     denominator = torch.where(valid, g + weight_decay * w, torch.ones_like(g))
     return torch.where(valid, trust_coefficient * phi / denominator, torch.ones_like(w))
+
+
+def trust_ratio_value(
+    w_norm: float,
+    g_norm: float,
+    weight_decay: float = 0.0,
+    trust_coefficient: float = 1.0,
+    phi_bounds: tuple[float, float] | None = None,
+) -> float:
+    """:func:`trust_ratio` of one layer, in Python floats: for the per-layer host kernels, which
+    take each layer's step as a number once its norms are known."""
+    if not (w_norm > 0 and g_norm > 0 and math.isfinite(w_norm) and math.isfinite(g_norm)):
+        return 1.0
+    phi = min(max(w_norm, phi_bounds[0]), phi_bounds[1]) if phi_bounds is not None else w_norm
+    return trust_coefficient * phi / (g_norm + weight_decay * w_norm)
 
 
 def layer_ratios(w_norms: Tensor, g_norms: Tensor, rule: RatioRule) -> Tensor:
