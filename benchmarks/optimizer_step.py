@@ -1,12 +1,15 @@
 """Time one optimizer step on ResNet-50's parameters, every optimizer side by side in one run.
 
-    python benchmarks/optimizer_step.py [--steps 30] [--warmup 5] [--out optimizer_step.json]
+    python benchmarks/optimizer_step.py [--steps 20] [--warmup 5] [--runs 3] [--out FILE]
 
-Parameters have ResNet-50's shapes (25.6 M values in 161 tensors) and random values; gradients are
-random too. Each round times one step of every optimizer in turn, so a slow moment of a noisy
-machine hits all of them; the table reports each one's median over the rounds and its ratio to
-the step it is compared with. Targets (docs/performance.md): DATE(SGD momentum) ≤ 1.25× SGD
-momentum, DATE(Adam) ≤ 1.6× Adam, LARS and LAMB ≥ 2× faster than the per-parameter loops.
+Parameters have ResNet-50's shapes (25.6 M float32 values in 161 tensors) and random values;
+gradients are random too. Each round times one step of every optimizer in turn, and a plain copy
+of the parameters, so a slow moment of a noisy machine hits all of them; each row is the median
+over the rounds, and with ``--runs N`` the median over N such runs (each in a fresh process) of
+that median and of its ratio. Every step is compared with the fastest step torch itself offers for
+the same base (fused where torch has it), and with its roofline: the parameter-sized reads and
+writes the step cannot avoid, at the best bandwidth the copy or torch's fused steps reached in the
+same run. Targets: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -15,58 +18,82 @@ import argparse
 import json
 import platform
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
 
 from date_engine.models.resnet import resnet50
 from date_engine.optim import DATE, LAMB, LARS
-from date_engine.optim.reference import ReferenceLAMB, ReferenceLARS
+from date_engine.optim._tensors import norms
 
-# name: (factory over a parameter list, the row it is compared with, target ratio, "max" or "min")
+COPY = "copy of the parameters"
+NORMS = "||w|| and ||g|| of every tensor"
+"""Two reference passes timed beside the steps: a copy (one read, one write) and the two norm
+reductions DATE and LARS add to their base (two reads)."""
+
+
+def _sgd(**kw):
+    return lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, **kw)
+
+
+def _torch(cls, lr, **kw):
+    return lambda ps: cls(ps, lr=lr, **kw)
+
+
+def _date(base, **kw):
+    return lambda ps: DATE(base(ps), **kw)
+
+
+# name: (factory over a parameter list, the torch step it is compared with, target ratio,
+#        parameter-sized reads and writes its step cannot avoid)
+# DATE adds two reads (||w||, ||g||) to its base; LARS is momentum SGD plus those two; LAMB reads
+# g, m, v, w and writes m, v computing both norms, then reads m, v, w again and writes w.
+SGD_FOREACH, SGD_FUSED = "SGD momentum (torch, foreach)", "SGD momentum (torch, fused)"
+ADAM_FUSED, ADAMW_FUSED = "Adam (torch, fused)", "AdamW (torch, fused)"
+RMSPROP_FOREACH = "RMSprop (torch, foreach)"
 OPTIMIZERS = {
-    "SGD momentum (torch, foreach)": (
-        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=True), None, None, None),
-    "DATE(SGD momentum)": (
-        lambda ps: DATE(torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=True)),
-        "SGD momentum (torch, foreach)", 1.25, "max"),
-    "DATE(SGD momentum), per-tensor loop": (
-        lambda ps: DATE(torch.optim.SGD(ps, lr=0.1, momentum=0.9), foreach=False),
-        "SGD momentum (torch, foreach)", None, None),
-    "Adam (torch, foreach)": (
-        lambda ps: torch.optim.Adam(ps, lr=1e-3, foreach=True), None, None, None),
-    "DATE(Adam)": (
-        lambda ps: DATE(torch.optim.Adam(ps, lr=1e-3, foreach=True)),
-        "Adam (torch, foreach)", 1.6, "max"),
-    "DATE(Adam), per-tensor loop": (
-        lambda ps: DATE(torch.optim.Adam(ps, lr=1e-3, foreach=True), foreach=False),
-        "Adam (torch, foreach)", None, None),
-    "LARS": (lambda ps: LARS(ps, lr=0.1, weight_decay=1e-4), "LARS, per-parameter loop", 0.5,
-             "max"),
-    "LARS, per-parameter loop": (
-        lambda ps: ReferenceLARS(ps, lr=0.1, weight_decay=1e-4), None, None, None),
-    "LAMB": (lambda ps: LAMB(ps, lr=1e-3, weight_decay=1e-4), "LAMB, per-parameter loop", 0.5,
-             "max"),
-    "LAMB, per-parameter loop": (
-        lambda ps: ReferenceLAMB(ps, lr=1e-3, weight_decay=1e-4), None, None, None),
+    SGD_FOREACH: (_sgd(foreach=True), None, None, 5),
+    SGD_FUSED: (_sgd(fused=True), None, None, 5),
+    "DATE(SGD momentum)": (_date(_sgd()), SGD_FUSED, 1.25, 7),
+    "DATE(SGD momentum), foreach path": (_date(_sgd(), fused=False), SGD_FUSED, None, 7),
+    "Adam (torch, foreach)": (_torch(torch.optim.Adam, 1e-3, foreach=True), None, None, 7),
+    ADAM_FUSED: (_torch(torch.optim.Adam, 1e-3, fused=True), None, None, 7),
+    "DATE(Adam)": (_date(_torch(torch.optim.Adam, 1e-3)), ADAM_FUSED, 1.3, 9),
+    "DATE(Adam fused)": (_date(_torch(torch.optim.Adam, 1e-3, fused=True)), ADAM_FUSED, 1.3, 9),
+    "DATE(Adam), foreach path": (_date(_torch(torch.optim.Adam, 1e-3, foreach=True),
+                                       fused=False), ADAM_FUSED, None, 9),
+    ADAMW_FUSED: (_torch(torch.optim.AdamW, 1e-3, fused=True), None, None, 7),
+    "DATE(AdamW)": (_date(_torch(torch.optim.AdamW, 1e-3)), ADAMW_FUSED, 1.3, 9),
+    RMSPROP_FOREACH: (_torch(torch.optim.RMSprop, 1e-3, foreach=True), None, None, 5),
+    "DATE(RMSprop)": (_date(_torch(torch.optim.RMSprop, 1e-3)), RMSPROP_FOREACH, 1.3, 7),
+    "DATE(RMSprop), foreach path": (_date(_torch(torch.optim.RMSprop, 1e-3, foreach=True),
+                                          fused=False), RMSPROP_FOREACH, None, 7),
+    "LARS": (lambda ps: LARS(ps, lr=0.1, weight_decay=1e-4), SGD_FOREACH, 1.0, 7),
+    "LARS, foreach path": (lambda ps: LARS(ps, lr=0.1, weight_decay=1e-4, fused=False),
+                           SGD_FOREACH, None, 7),
+    "LAMB": (lambda ps: LAMB(ps, lr=1e-3, weight_decay=1e-4), ADAMW_FUSED, 1.5, 10),
+    "LAMB, foreach path": (lambda ps: LAMB(ps, lr=1e-3, weight_decay=1e-4, fused=False),
+                           ADAMW_FUSED, None, 10),
 }
+BANDWIDTH_PROBES = (SGD_FUSED, ADAM_FUSED, ADAMW_FUSED)
+"""The roofline's bandwidth is the best any of these or the copy reached in the run: on this CPU a
+single-stream copy moves fewer bytes per second than torch's fused kernels do."""
+EXTRA_TARGETS = {"DATE(SGD momentum)": (SGD_FOREACH, 1.0)}
+"""A second comparison for a row: (torch step, target ratio)."""
 
 
 def state_bytes(opt) -> int:
     """Bytes the optimizer keeps between steps: its state and its scratch buffers."""
     tensors = [v for s in opt.state.values() for v in s.values() if torch.is_tensor(v)]
-    tensors += list(getattr(opt, "_before", {}).values())  # DATE over an adaptive base
+    tensors += list(getattr(opt, "_scratch", {}).values())  # DATE's per-parameter buffers
     tensors += list(getattr(opt, "_u", {}).values())  # LAMB's update
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return sum(t.numel() * t.element_size() for t in tensors if t.dim() > 0)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=30, help="timed rounds (median over them)")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed rounds first")
-    parser.add_argument("--out", default="optimizer_step.json", help="where to write the JSON")
-    args = parser.parse_args()
-
+def measure(steps: int, warmup: int) -> dict:
+    """One run: every optimizer's median step time (ms), its implementation and kept state."""
     torch.manual_seed(0)
     shapes = [p.shape for p in resnet50().parameters()]
     runs = {}
@@ -75,45 +102,113 @@ def main() -> None:
         for p in params:
             p.grad = torch.randn_like(p) * 1e-3
         runs[name] = (params, factory(params))
-    param_bytes = sum(p.numel() * p.element_size() for p in runs[next(iter(runs))][0])
-
-    times: dict[str, list[float]] = {name: [] for name in OPTIMIZERS}
-    for round_ in range(args.warmup + args.steps):
-        for name, (_, opt) in runs.items():
+    source = runs[SGD_FOREACH][0]
+    copies = [torch.empty_like(p) for p in source]
+    times: dict[str, list[float]] = {name: [] for name in [COPY, NORMS, *OPTIMIZERS]}
+    for round_ in range(warmup + steps):
+        for name in times:
             start = time.perf_counter()
-            opt.step()
+            if name == COPY:
+                torch._foreach_copy_(copies, source)
+            elif name == NORMS:
+                norms(source), norms([p.grad for p in source])
+            else:
+                runs[name][1].step()
             elapsed = time.perf_counter() - start
-            if round_ >= args.warmup:
+            if round_ >= warmup:
                 times[name].append(elapsed)
+    return {
+        "median_ms": {name: statistics.median(t) * 1e3 for name, t in times.items()},
+        "implementation": {name: getattr(opt, "implementation", None)
+                           for name, (_, opt) in runs.items()},
+        "state_mib": {name: state_bytes(opt) / 2**20 for name, (_, opt) in runs.items()},
+        "param_bytes": sum(p.numel() * p.element_size() for p in source),
+        "tensors": len(shapes),
+    }
 
+
+def table(results: list[dict]) -> tuple[list[dict], float]:
+    """Rows of the report: each step's median over runs of its time, of its ratios and of its
+    ratio to the roofline."""
+    def over_runs(f):
+        return statistics.median(f(r) for r in results)
+
+    def rate(r, name, accesses):  # bytes per second a step moved
+        return accesses * r["param_bytes"] / (r["median_ms"][name] / 1e3)
+
+    bandwidth = over_runs(lambda r: max(
+        [rate(r, COPY, 2)] + [rate(r, name, OPTIMIZERS[name][3]) for name in BANDWIDTH_PROBES]))
     rows = []
-    for name, (_, against, target, _) in OPTIMIZERS.items():
-        median = statistics.median(times[name])
-        ratio = median / statistics.median(times[against]) if against else None
-        met = None if target is None else ratio <= target
-        extra = state_bytes(runs[name][1]) - (state_bytes(runs[against][1]) if against else 0)
-        rows.append(dict(optimizer=name, median_ms=median * 1e3, compared_with=against,
-                         ratio=ratio, target=target, met=met,
-                         state_mb=state_bytes(runs[name][1]) / 2**20,
-                         extra_state_mb=extra / 2**20 if against else None))
+    for name, (_, against, target, accesses) in OPTIMIZERS.items():
+        ms = over_runs(lambda r, name=name: r["median_ms"][name])
+        roofline_ms = accesses * results[0]["param_bytes"] / bandwidth * 1e3
+        row = dict(optimizer=name, median_ms=ms, implementation=results[0]["implementation"][name],
+                   state_mib=results[0]["state_mib"][name], accesses=accesses,
+                   roofline_ms=roofline_ms, over_roofline=ms / roofline_ms)
+        comparisons = [(against, target)] if against else []
+        comparisons += [EXTRA_TARGETS[name]] if name in EXTRA_TARGETS else []
+        row["ratios"] = [
+            dict(against=base, target=goal,
+                 ratio=over_runs(lambda r, a=name, b=base: r["median_ms"][a] / r["median_ms"][b]))
+            for base, goal in comparisons
+        ]
+        for ratio in row["ratios"]:
+            ratio["met"] = None if ratio["target"] is None else ratio["ratio"] <= ratio["target"]
+        rows.append(row)
+    return rows, bandwidth
 
-    print(f"One step on ResNet-50's parameters ({len(shapes)} tensors, "
-          f"{sum(s.numel() for s in shapes) / 1e6:.1f} M values, {param_bytes / 2**20:.0f} MiB); "
-          f"median of {args.steps} rounds after {args.warmup} warm-up rounds; "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"{platform.processor() or platform.machine()}")
-    print(f"{'optimizer':38s} {'median ms':>10s} {'ratio':>7s}  {'vs':30s} {'target':>7s} "
-          f"{'state MiB':>10s}")
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=20, help="timed rounds (median over them)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed rounds first")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="runs, each in a fresh process; the report takes their medians")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--out", default="optimizer_step.json", help="where to write the JSON")
+    parser.add_argument("--one-run", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.one_run:
+        json.dump(measure(args.steps, args.warmup), sys.stdout)
+        return
+    results = []
+    for _ in range(args.runs):
+        out = subprocess.run([sys.executable, __file__, "--one-run", "--steps", str(args.steps),
+                              "--warmup", str(args.warmup), "--threads", str(args.threads)],
+                             check=True, capture_output=True,
+                             text=True).stdout
+        results.append(json.loads(out))
+    rows, bandwidth = table(results)
+    first = results[0]
+    passes = {name: statistics.median(r["median_ms"][name] for r in results)
+              for name in (COPY, NORMS)}
+    print(f"One step on ResNet-50's parameters ({first['tensors']} tensors, "
+          f"{first['param_bytes'] / 4e6:.1f} M float32, {first['param_bytes'] / 2**20:.0f} MiB); "
+          f"median of {args.steps} interleaved rounds after {args.warmup}, median of "
+          f"{args.runs} run(s); torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+          f"{platform.processor() or platform.machine()}; roofline bandwidth "
+          f"{bandwidth / 1e9:.1f} GB/s (reads + writes)")
+    print(f"{'optimizer':34s} {'path':8s} {'ms':>6s} {'roofline':>9s} {'×roof':>6s}  "
+          f"{'state MiB':>9s}  ratios")
     for r in rows:
-        ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else ""
-        target = "" if r["target"] is None else \
-            f"<={r['target']:.2f}x" + (" ok" if r["met"] else " MISS")
-        print(f"{r['optimizer']:38s} {r['median_ms']:10.1f} {ratio:>7s}  "
-              f"{r['compared_with'] or '':30s} {target:>7s} {r['state_mb']:10.0f}")
+        ratios = "; ".join(
+            f"{x['ratio']:.2f}× {x['against']}"
+            + ("" if x["target"] is None else
+               f" (≤ {x['target']:.2f}× {'ok' if x['met'] else 'MISSED'})")
+            for x in r["ratios"])
+        print(f"{r['optimizer']:34s} {r['implementation'] or 'torch':8s} {r['median_ms']:6.1f} "
+              f"{r['roofline_ms']:7.1f}ms {r['over_roofline']:5.2f}×  {r['state_mib']:9.0f}  "
+              f"{ratios}")
+    for name, ms in passes.items():
+        moved = 2 * first["param_bytes"]  # the copy reads and writes; the norms read twice
+        print(f"{name:43s} {ms:6.1f} ms  ({moved / (ms / 1e3) / 1e9:.1f} GB/s)")
     with open(args.out, "w") as f:
-        json.dump({"rows": rows, "steps": args.steps, "warmup": args.warmup, "tensors": len(shapes),
-                   "torch": torch.__version__, "threads": torch.get_num_threads(),
-                   "machine": platform.machine()}, f, indent=2)
+        json.dump({"rows": rows, "passes_ms": passes, "runs": results, "steps": args.steps,
+                   "warmup": args.warmup, "roofline_bytes_per_s": bandwidth,
+                   "torch": torch.__version__, "threads": args.threads,
+                   "machine": platform.machine()}, f,
+                  indent=2)
     print(f"JSON written to {args.out}")
 
 

@@ -47,7 +47,9 @@ def test_matches_per_parameter_reference(case, fused):
     cls, ref_cls, opts0, opts1 = CASES[case]
     grads = gradients()
     a, b = make_params(), make_params()
-    got = run(build(cls, a, opts0, opts1, fused=fused), a, grads)
+    opt = build(cls, a, opts0, opts1, fused=fused)
+    got = run(opt, a, grads)
+    assert opt.implementation == ("fused" if fused else "foreach")
     want = run(build(ref_cls, b, opts0, opts1), b, grads)
     for name in got:
         torch.testing.assert_close(got[name], want[name], rtol=1e-9, atol=1e-12, msg=name)

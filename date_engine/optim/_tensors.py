@@ -82,6 +82,8 @@ class LayerwiseOptimizer(torch.optim.Optimizer):
     """What LARS and LAMB share: ``step`` evaluates the closure, then updates each param group's
     parameters that have a gradient, one (device, dtype) bucket at a time (``_update``)."""
 
+    implementation: str | None = None
+    """How the last step ran: ``"fused"`` (per-layer host kernels) or ``"foreach"``."""
     refused_dtypes: tuple[torch.dtype, ...] = ()
     """Parameter dtypes the optimizer's state cannot be kept in (and why, in ``_refused_why``)."""
     _refused_why = ""

@@ -64,7 +64,7 @@ class LAMB(LayerwiseOptimizer):
         super().__setstate__(state)
         self._u = {}
 
-    def _scratch(self, p: Tensor) -> Tensor:
+    def _buffer(self, p: Tensor) -> Tensor:
         if p not in self._u:  # zeros: the host path needs finite values in it (lamb_direction_)
             self._u[p] = torch.zeros_like(_real(p))
         return self._u[p]
@@ -82,6 +82,7 @@ class LAMB(LayerwiseOptimizer):
         for p in params:
             by_step.setdefault(self.state[p]["step"], []).append(p)
         host = self.fused and host_kernels(params)
+        self.implementation = "fused" if host else "foreach"
         for t, ps in by_step.items():
             (self._update_host if host else self._update_at)(ps, group, t)
 
@@ -89,7 +90,7 @@ class LAMB(LayerwiseOptimizer):
         step = torch.tensor(float(t))  # the fused kernel reads the step count from a tensor
         lr, betas, eps, wd = float(group["lr"]), group["betas"], group["eps"], group["weight_decay"]
         for p in params:
-            state, u = self.state[p], self._scratch(p)
+            state, u = self.state[p], self._buffer(p)
             lamb_direction_(p, state["exp_avg"], state["exp_avg_sq"], step, u, betas, eps, wd)
             r = trust_ratio_value(norm(p), norm(u), phi_bounds=group["phi_bounds"]) \
                 if group["layer_ratio"] else 1.0
@@ -104,7 +105,7 @@ class LAMB(LayerwiseOptimizer):
         )
         m = [self.state[p]["exp_avg"] for p in params]
         v = [self.state[p]["exp_avg_sq"] for p in params]
-        u = [self._scratch(p) for p in params]  # reused, so no step allocates 4 bytes a value
+        u = [self._buffer(p) for p in params]  # reused, so no step allocates 4 bytes a value
         grads = [_real(p.grad) for p in params]
         params = [_real(p) for p in params]
         torch._foreach_lerp_(m, grads, 1 - beta1)

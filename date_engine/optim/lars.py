@@ -59,7 +59,8 @@ class LARS(LayerwiseOptimizer):
         return bufs
 
     def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
-        if self.fused and host_kernels(params):
+        self.implementation = "fused" if self.fused and host_kernels(params) else "foreach"
+        if self.implementation == "fused":
             self._update_host(params, group)
             return
         lr, beta, wd = group["lr"], group["momentum"], group["weight_decay"]
