@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 __all__ = ["CATALOG", "LAYER_RATIO_DEFAULTS", "BatchRule", "Family", "OptimizerEntry",
-           "OptimizerSettings", "Placement", "entry", "spec_names"]
+           "OptimizerSettings", "Placement", "entry", "spec_names", "step_path"]
 
 Family = Literal["sgd", "adaptive", "layerwise"]
 """sgd: the step is lr × (momentum of) the gradient; adaptive: the gradient is normalised per
@@ -170,3 +170,27 @@ def entry(name: str) -> OptimizerEntry:
         raise KeyError(
             f"no optimizer {name!r} in the catalog; known: {', '.join(CATALOG)}"
         ) from None
+
+
+# torch's fused kernel each optimizer's per-layer step runs through on the CPU
+# (date_engine/optim/_fused.py; tests/test_optim_date.py holds this table to what runs)
+_HOST_KERNELS = {
+    "sgd": "SGD", "momentum": "SGD", "adagrad": "AdaGrad", "adam": "Adam", "adamw": "AdamW",
+    "rmsprop": "Adam (β1 = 0, no bias correction)", "lars": "SGD", "lamb": "AdamW",
+}
+
+
+def step_path(name: str, options: Mapping[str, Any], mode: str) -> tuple[str, str]:
+    """How a step of this optimizer runs on the CPU: ``("fused" | "foreach" | "off", why)``.
+
+    "fused": torch's fused kernel once per layer at the layer's rate; "foreach": multi-tensor
+    passes (always the path on accelerators); "off": the base optimizer's own step."""
+    if mode == "off" and entry(name).family != "layerwise":
+        return "off", f"{name}'s own torch step (no layer ratios)"
+    kernel = _HOST_KERNELS.get(name)
+    if name == "rmsprop" and (options.get("momentum") or options.get("centered")):
+        kernel = None
+    if kernel is None:
+        return "foreach", "multi-tensor passes (no fused torch kernel computes this step per layer)"
+    return "fused", (f"torch's fused {kernel} kernel, once per layer at its rate, on the CPU; "
+                     "multi-tensor passes on accelerators")

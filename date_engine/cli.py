@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from date_engine.catalog import step_path
 from date_engine.checks import (
     check_backend,
     check_endpoint,
@@ -156,6 +157,9 @@ def plan_command(
             save_lr_plot(plot, [(scheme_name(planned.plan), planned.plan), *others.items()])
         if as_json:
             document = planned.to_dict()
+            opt = planned.plan.optimizer
+            path_, why = step_path(opt.name, opt.options, opt.layer_ratio["mode"])
+            document["step"] = {"path": path_, "how": why}
             if others:
                 document["compare"] = {name: p.to_dict() for name, p in others.items()}
             print(json.dumps(document, indent=2))

@@ -538,3 +538,28 @@ def test_deepcopy_keeps_working():
     assert clone.steps == 2 and clone.base is not opt.base
     train(model, clone, batches(1))
     assert clone.steps == 3
+
+
+STEP_PATH_CASES = [(name, {}, mode) for name in ("sgd", "momentum", "nesterov", "adagrad",
+                                                 "rmsprop", "adam", "adamw", "lars", "lamb")
+                   for mode in ("dynamic", "off")]
+STEP_PATH_CASES += [("rmsprop", {"momentum": 0.9}, "dynamic"),
+                    ("rmsprop", {"centered": True}, "dynamic")]
+
+
+@pytest.mark.parametrize(("name", "changes", "mode"), STEP_PATH_CASES)
+def test_the_plan_says_which_step_runs(name, changes, mode):
+    """`date plan` prints catalog.step_path (torch-free); it must be what the built optimizer
+    runs on the CPU."""
+    from date_engine.catalog import CATALOG, LAYER_RATIO_DEFAULTS, OptimizerSettings, step_path
+    from date_engine.optim.build import build_optimizer
+
+    options = {**CATALOG[name].defaults, **changes}
+    if CATALOG[name].family == "layerwise":
+        mode = "off"  # LARS and LAMB are never wrapped
+    settings = OptimizerSettings(name, options, {"mode": mode, **LAYER_RATIO_DEFAULTS[mode]})
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    opt = build_optimizer(model.named_parameters(), settings, lr=1e-2)
+    model(torch.randn(5, 4)).square().sum().backward()
+    opt.step()
+    assert opt.implementation == step_path(name, options, mode)[0]

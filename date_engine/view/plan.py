@@ -7,6 +7,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from date_engine.catalog import step_path
 from date_engine.plan import BatchSplit, Plan, fmt
 from date_engine.view.chart import Series, line_chart
 
@@ -181,6 +182,9 @@ def _option(value) -> str:
 def _optimizer_line(plan: Plan) -> Text:
     text = Text("Optimizer: ", style="bold")
     text.append(describe_optimizer(plan))
+    opt = plan.optimizer
+    text.append("\nStep: ", style="bold")
+    text.append(step_path(opt.name, opt.options, opt.layer_ratio["mode"])[1])
     return text
 
 
