@@ -1,6 +1,8 @@
 """Tensor-list helpers shared by the optimizers: grouping and norms, with no host synchronisation.
 
-Device-specific choices of the optimizers live here and nowhere else.
+Device-specific choices of the optimizers live here and in
+:func:`date_engine.optim._fused.host_kernels` (which tensors take the per-layer fused kernels),
+nowhere else.
 """
 
 from __future__ import annotations
