@@ -137,3 +137,19 @@ def test_no_parameter_sized_temporaries_after_the_first_step(cls):
     grads = [[torch.randn(s, generator=gen) for s in shapes] for _ in range(3)]
     params = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in shapes]
     assert steady_state_allocations(cls(params, lr=1e-3, weight_decay=1e-4), params, grads) == []
+
+
+def test_the_per_layer_trust_ratio_is_the_tensor_one():
+    """LARS and LAMB on the host take trust_ratio_value per layer (in cache, layer after layer);
+    it must equal trust_ratio, zero, non-finite and clamped norms included."""
+    from date_engine.optim.ratios import trust_ratio, trust_ratio_value
+
+    inf, nan = float("inf"), float("nan")
+    w = [2.0, 0.0, 3.0, inf, nan, 0.3, 5.0, 1e-8]
+    g = [0.5, 1.0, 0.0, 1.0, 1.0, 0.7, 1e3, 1e-9]
+    for options in ({}, dict(weight_decay=1e-2, trust_coefficient=0.02),
+                    dict(phi_bounds=(0.5, 2.0)), dict(weight_decay=0.1, phi_bounds=(0.1, 1.0))):
+        want = trust_ratio(torch.tensor(w, dtype=torch.float64),
+                           torch.tensor(g, dtype=torch.float64), **options).tolist()
+        got = [trust_ratio_value(a, b, **options) for a, b in zip(w, g)]
+        assert got == pytest.approx(want, rel=1e-12), options

@@ -63,6 +63,8 @@ class FusedBase:
     """How one torch optimizer class takes a step at a per-layer rate through a fused kernel."""
 
     name = ""
+    placement = "update"
+    """Where DATE's ratio enters the step this kernel takes (catalog.Placement)."""
 
     def supports(self, group: dict[str, Any]) -> bool:
         """Whether this param group's options are ones the kernel computes exactly as the
@@ -170,6 +172,7 @@ class _SGD(FusedBase):
     placement), not the step."""
 
     name = "SGD"
+    placement = "gradient"
 
     def supports(self, group: dict[str, Any]) -> bool:
         return super().supports(group) and not group["nesterov"]

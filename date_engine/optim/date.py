@@ -108,11 +108,9 @@ class DATE(Optimizer):
         _refuse_unwrappable(base, placement)
         self.placement: Placement = placement or _placement_of(base)
         self.foreach = True if foreach is None else foreach
-        self._fused: FusedBase | None = None if fused is False else fused_base(base)
-        if self._fused is not None and self._fused.name == "SGD" and self.placement != "gradient":
-            self._fused = None
-        if self._fused is not None and self._fused.name != "SGD" and self.placement != "update":
-            self._fused = None
+        kernel = None if fused is False else fused_base(base)
+        self._fused: FusedBase | None = \
+            kernel if kernel is not None and kernel.placement == self.placement else None
         self.steps = 0
         """Optimizer steps taken through this wrapper (skipped GradScaler steps do not count)."""
         self.last_ratios: Tensor | None = None

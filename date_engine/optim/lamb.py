@@ -12,7 +12,8 @@ A param group with ``layer_ratio=False`` keeps r = 1 (Adam with L2 folded into t
 
 On the CPU each layer is done before the next, so its later passes find it in cache: torch's fused
 AdamW kernel updates the moments and writes −u into a buffer kept per layer
-(:func:`date_engine.optim._fused.lamb_direction_`), then the two norms, then w ← w − η·r·u.
+(:func:`date_engine.optim._fused.lamb_direction_`), then the two norms, then w ← w − η·r·u (on
+ResNet-50's shapes 55.5 ms against 69.0 ms done pass by pass over all layers; docs/performance.md).
 Elsewhere the same runs as multi-tensor passes with no host synchronisation.
 """
 

@@ -10,8 +10,9 @@ r = 1 (plain momentum SGD with the LR inside the momentum).
 
 On the CPU each layer takes its norms and then one call of torch's fused SGD kernel
 (:func:`date_engine.optim._fused.lars_step_`), layer after layer, so the update reads what the norms
-just read while it is still in cache. Elsewhere the update runs as multi-tensor passes with no host
-synchronisation.
+just read while it is still in cache: on ResNet-50's shapes 33.6 ms against 39.8 ms for all norms
+first, then all updates (benchmarks/optimizer_step.py, docs/performance.md). Elsewhere the update
+runs as multi-tensor passes with no host synchronisation.
 """
 
 from __future__ import annotations
