@@ -179,14 +179,18 @@ _HOST_KERNELS = {
     "rmsprop": "Adam (β1 = 0, no bias correction)", "lars": "SGD", "lamb": "AdamW",
 }
 
+# bases torch has a fused step for, on the CPU and CUDA; built with fused=True (optim/build.py)
+_TORCH_FUSED = frozenset({"sgd", "momentum", "nesterov", "adagrad", "adam", "adamw"})
+
 
 def step_path(name: str, options: Mapping[str, Any], mode: str) -> tuple[str, str]:
     """How a step of this optimizer runs on the CPU: ``("fused" | "foreach" | "off", why)``.
 
     "fused": torch's fused kernel once per layer at the layer's rate; "foreach": multi-tensor
-    passes (always the path on accelerators); "off": the base optimizer's own step."""
+    passes (always the path on accelerators); "off": the base optimizer's own step (fused where torch has a fused kernel for it)."""
     if mode == "off" and entry(name).family != "layerwise":
-        return "off", f"{name}'s own torch step (no layer ratios)"
+        how = "fused kernel" if name in _TORCH_FUSED else "multi-tensor passes"
+        return "off", f"{name}'s own torch step, its {how} (no layer ratios)"
     kernel = _HOST_KERNELS.get(name)
     if name == "rmsprop" and (options.get("momentum") or options.get("centered")):
         kernel = None

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from date_engine import derive_plan, parse_spec
-from date_engine.catalog import LAYER_RATIO_DEFAULTS
+from date_engine.catalog import CATALOG, LAYER_RATIO_DEFAULTS
 from date_engine.optim import DATE, LARS
 from date_engine.optim.build import build_base_optimizer, build_optimizer
 from date_engine.schedule import plan_scheduler
@@ -50,6 +50,30 @@ def test_base_optimizer_from_spec(spec, cls, expected):
     assert group["lr"] == 0.5
     for key, value in expected.items():
         assert group[key] == value, key
+
+
+@pytest.mark.parametrize("name", ["sgd", "momentum", "adagrad", "rmsprop", "adam", "adamw"])
+def test_bases_take_torchs_fastest_step(name):
+    """fused=True where torch has a fused kernel (else foreach=True), giving what torch's default
+    step gives; a flag the caller passes is kept as given."""
+    def trained(flags):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+        options = {**CATALOG[name].defaults, **flags}
+        opt = build_base_optimizer(model.parameters(), name, options, lr=1e-2)
+        for _ in range(5):
+            opt.zero_grad()
+            model(torch.randn(8, 6)).square().mean().backward()
+            opt.step()
+        return opt, torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    fast, w = trained({})
+    group = fast.param_groups[0]
+    has_fused = name != "rmsprop"
+    assert bool(group.get("fused")) is has_fused and bool(group["foreach"]) is not has_fused
+    loop, w_loop = trained({"foreach": False})
+    assert not loop.param_groups[0].get("fused") and loop.param_groups[0]["foreach"] is False
+    torch.testing.assert_close(w, w_loop, rtol=1e-5, atol=1e-6)
 
 
 def test_date_over_the_base_with_the_plans_rule():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -18,9 +19,35 @@ def build_base_optimizer(params: Iterable[Any], name: str, options: Mapping[str,
     """The optimizer the catalog calls ``name`` at learning rate ``lr`` with ``options`` (every
     option of that name; see :meth:`date_engine.spec.OptimizerSpec.options`)."""
     record = entry(name)
+    cls = record.load_class()
     if record.family == "layerwise":
         params = _trust_ratio_groups(params)
-    return record.load_class()(params, lr=lr, **record.fixed, **options)
+    else:
+        params = list(params)
+        if not {"fused", "foreach"} & set(options):
+            options = {**_fastest_step(cls, params), **options}
+    return cls(params, lr=lr, **record.fixed, **options)
+
+
+def _fastest_step(cls: type, params: list[Any]) -> dict[str, bool]:
+    """torch's fastest step for this base and these tensors: ``fused=True`` where torch has a fused
+    kernel for the class and the tensors' device (Adam, AdamW, SGD, AdaGrad on the CPU and CUDA);
+    else ``foreach=True`` (multi-tensor passes). torch's own default on the CPU is a Python loop
+    over tensors (docs/performance.md). DATE's per-layer step ignores these flags where it scales
+    the layers; the base's own step (``layer_ratio: off``) runs with them."""
+    from torch.optim.optimizer import _get_fused_kernels_supported_devices
+
+    items = [t for p in params for t in (p["params"] if isinstance(p, dict) else [p])]
+    tensors = [t[1] if isinstance(t, tuple) else t for t in items]
+    signature = inspect.signature(cls.__init__).parameters
+    fusable = (
+        "fused" in signature
+        and all(t.is_floating_point() for t in tensors)
+        and {t.device.type for t in tensors} <= set(_get_fused_kernels_supported_devices())
+    )
+    if fusable:
+        return {"fused": True}
+    return {"foreach": True} if "foreach" in signature else {}
 
 
 def _trust_ratio_groups(params: Iterable[Any]) -> list[dict[str, Any]]:
