@@ -41,7 +41,7 @@ FAMILIES = {
     "rmsprop": ({"name": "rmsprop"}, 0.75, "alpha", True, False),
     "adam": ({"name": "adam", "betas": [0.8, 0.99], "eps": 1e-7}, 0.75, "betas", True, False),
     "adamw": ({"name": "adamw", "weight_decay": 0.1}, 0.75, "betas", True, True),
-    "adagrad": ({"name": "adagrad"}, 0.0, None, False, False),
+    "adagrad": ({"name": "adagrad"}, 0.5, None, False, False),
     "sgd": ({"name": "sgd", "weight_decay": 1e-4}, 1.0, None, False, False),
     "momentum": ({"name": "momentum", "momentum": 0.95}, 1.0, None, False, False),
     "nesterov": ({"name": "nesterov"}, 1.0, None, False, False),
