@@ -186,7 +186,8 @@ def step_path(name: str, options: Mapping[str, Any], mode: str) -> tuple[str, st
     """How a step of this optimizer runs on the CPU: ``("fused" | "foreach" | "off", why)``.
 
     "fused": torch's fused kernel once per layer at the layer's rate; "foreach": multi-tensor
-    passes (always the path on accelerators); "off": the base optimizer's own step (fused where torch has a fused kernel for it)."""
+    passes (always the path on accelerators); "off": the base optimizer's own step (fused where
+    torch has a fused kernel for it)."""
     if mode == "off" and entry(name).family != "layerwise":
         how = "fused kernel" if name in _TORCH_FUSED else "multi-tensor passes"
         return "off", f"{name}'s own torch step, its {how} (no layer ratios)"

@@ -64,8 +64,9 @@ ProbeOpt = Annotated[Optional[Path], _opt(
     "--probe", help="probe.json from date probe of this baseline: forecast what holding its "
     "loss costs at BATCH (sets date.probe).")]
 BudgetOpt = Annotated[Optional[str], _opt(
-    "--budget", metavar="same-epochs|hold", help="same-epochs: the baseline's epochs (default); "
-    "hold: the epochs the probe forecasts to reach the baseline's loss (sets date.budget).")]
+    "--budget", metavar="same-epochs|hold|ramp", help="same-epochs: the baseline's epochs "
+    "(default); hold: the epochs the probe forecasts to reach the baseline's loss; ramp: a batch "
+    "that doubles up to --batch as the probe's noise scale grows (sets date.budget).")]
 
 
 @contextmanager

@@ -38,6 +38,7 @@ from date_engine.catalog import OptimizerSettings, entry
 from date_engine.errors import PlanError
 from date_engine.forecast import Forecast, NoiseCurve, forecast
 from date_engine.probe import Probe, baseline_identity
+from date_engine.ramp import ramp
 from date_engine.spec import MAX_STEPS, Spec
 
 if TYPE_CHECKING:  # recipes are passed in, never imported: the plan depends on no recipe
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # recipes are passed in, never imported: the plan depends on 
 
 __all__ = [
     "BatchSplit",
+    "BatchStage",
     "Derivation",
     "OptimizerSettings",
     "Phase",
@@ -54,6 +56,7 @@ __all__ = [
     "fmt",
     "resolve_plan",
     "split_batch",
+    "stage_split",
 ]
 
 
@@ -80,6 +83,30 @@ class Phase:
     last_epoch: float
     first_lr: float
     last_lr: float
+
+    @property
+    def steps(self) -> int:
+        return self.last_step - self.first_step + 1
+
+
+@dataclass(frozen=True)
+class BatchStage:
+    """One rung of a batch ramp (``date.budget: ramp``): its global batch, the optimizer steps it
+    runs, and every value the plan derives from the batch, derived at this batch."""
+
+    batch: int
+    first_step: int
+    last_step: int
+    samples_before: int
+    """Samples trained on before the stage's first step."""
+    scale: float
+    """k_j = B_j / B0."""
+    peak_lr: float
+    """η_j = k_j^p · η0: the LR the schedule's shape multiplies during this stage."""
+    options: dict[str, Any]
+    """The base optimizer's options at this batch (the rule's β2, ε, λ at k_j)."""
+    noise_at_start: float
+    """B_noise where the stage starts (the probe's curve; 0 for the first)."""
 
     @property
     def steps(self) -> int:
@@ -137,12 +164,15 @@ class Plan:
     """The optimizer the run builds."""
     derivations: tuple[Derivation, ...] = field(default=())
     """Every derived number, in the order computed, with its formula and inputs."""
-    budget: Literal["same-epochs", "hold"] = "same-epochs"
-    """same-epochs: the baseline's epochs; hold: the forecast's (docs/noise.md)."""
+    budget: Literal["same-epochs", "hold", "ramp"] = "same-epochs"
+    """same-epochs: the baseline's epochs; hold: the forecast's; ramp: a batch that grows with the
+    noise scale (:attr:`ramp`; docs/noise.md)."""
     noise_curve: NoiseCurve | None = None
     """B_noise(e) measured by the probe the plan was given (``date.probe``), else None."""
     forecast: Forecast | None = None
     """What holding the baseline's loss costs at the target batch, from ``noise_curve``."""
+    ramp: tuple[BatchStage, ...] = ()
+    """budget ramp: the batch's stages, smallest first (docs/noise.md); empty otherwise."""
 
     # ---------------------------------------------------------------- the schedule
 
@@ -151,6 +181,8 @@ class Plan:
         floor."""
         if step < 1:
             raise ValueError(f"optimizer steps are counted from 1, got {step}")
+        if self.ramp:
+            return self._ramp_lr(step)
         if step < self.warmup_iterations:  # e < w  <=>  i·B/n < w  <=>  i < I_w
             frac = step / self.warmup_iterations
             return self.peak_lr * (frac if self.warmup_shape == "linear" else frac * frac)
@@ -161,8 +193,41 @@ class Plan:
         return [self.lr(i) for i in range(1, self.total_iterations + 1)]
 
     def epoch(self, step: float) -> float:
-        """Epochs completed after ``step`` optimizer steps: e = i·B/n."""
+        """Epochs completed after ``step`` optimizer steps: e = i·B/n (with a ramp, the samples
+        of the steps so far over n)."""
+        if self.ramp:
+            return self.samples_through(step) / self.dataset_size
         return step * self.target_batch / self.dataset_size
+
+    def stage_at(self, step: int) -> BatchStage | None:
+        """The ramp's stage optimizer step ``step`` belongs to (the last one past the end); None
+        without a ramp."""
+        if not self.ramp:
+            return None
+        return next((s for s in self.ramp if step <= s.last_step), self.ramp[-1])
+
+    def batch_at(self, step: int) -> int:
+        """The global batch of optimizer step ``step``."""
+        stage = self.stage_at(step)
+        return self.target_batch if stage is None else stage.batch
+
+    def samples_through(self, step: float) -> float:
+        """Samples trained on by the end of optimizer step ``step`` (0 before the first)."""
+        stage = self.stage_at(max(math.ceil(step), 1))
+        if stage is None:
+            return step * self.target_batch
+        return stage.samples_before + (step - stage.first_step + 1) * stage.batch
+
+    def _ramp_lr(self, step: int) -> float:
+        """lr(i) = η_j · shape(e_i): η_j the stage's peak, e_i the epochs after step i; the shape
+        is the warmup e/w (or its square) then the linear decay (E − e)/(E − w), so that every
+        stage keeps its own peak and the decay runs over samples, not steps."""
+        stage, e = self.stage_at(step), self.epoch(step)
+        if e < self.warmup_epochs:
+            frac = e / self.warmup_epochs
+            return stage.peak_lr * (frac if self.warmup_shape == "linear" else frac * frac)
+        left = (self.total_epochs - e) / (self.total_epochs - self.warmup_epochs)
+        return max(stage.peak_lr * left, self.lr_floor)
 
     def _decay(self, step: int) -> float:
         return (
@@ -174,6 +239,8 @@ class Plan:
     @property
     def phases(self) -> tuple[Phase, ...]:
         """The warmup, decay and floor stretches (empty ones left out)."""
+        if self.ramp:
+            return self._ramp_phases()
         last = self.total_iterations
         first_decay = max(1, math.ceil(self.warmup_iterations))
         # First step whose decayed value is at or below the floor; the closed form can be off by
@@ -196,6 +263,20 @@ class Plan:
             for name, a, b in spans
             if a <= b
         )
+
+    def _ramp_phases(self) -> tuple[Phase, ...]:
+        """The stretches of a ramped schedule, found step by step (its LR jumps where the batch
+        does, so there is no closed form for the floor's start)."""
+        last = self.total_iterations
+        first_decay = next((i for i in range(1, last + 1)
+                            if self.epoch(i) >= self.warmup_epochs), last + 1)
+        first_floor = last + 1
+        while first_floor > first_decay and self.lr(first_floor - 1) <= self.lr_floor:
+            first_floor -= 1
+        spans = (("warmup", 1, first_decay - 1), ("decay", first_decay, first_floor - 1),
+                 ("floor", first_floor, last))
+        return tuple(Phase(name, a, b, self.epoch(a - 1), self.epoch(b), self.lr(a), self.lr(b))
+                     for name, a, b in spans if a <= b)
 
     # ---------------------------------------------------------------- the inputs, shown
 
@@ -232,6 +313,7 @@ class Plan:
             values["noise_curve"] = NoiseCurve(**values["noise_curve"])
         if values.get("forecast") is not None:
             values["forecast"] = Forecast(**values["forecast"])
+        values["ramp"] = tuple(BatchStage(**stage) for stage in values.get("ramp", ()))
         return cls(**values)
 
 
@@ -352,7 +434,19 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
     scaling, p, peak = _peak_lr(d, spec, k)
     warmup = date.warmup or "legw"
     total_epochs = i0 * b0 / n
-    if warmup == "legw":
+    stages: tuple[BatchStage, ...] = ()
+    if date.budget == "ramp":
+        stages = _ramp(d, spec, noise_curve, batch, n, multiple_of, total_epochs)
+        k0 = stages[0].scale
+        warmup_epochs = d("w", "warmup_epochs", k0 * w0 if warmup == "legw" else w0,
+                          "k₀ · w0" if warmup == "legw" else "w0",
+                          f"{fmt(k0)} · {fmt(w0)}" if warmup == "legw" else fmt(w0),
+                          "LEGW at the ramp's first batch" if warmup == "legw" else
+                          "constant-epoch warmup")
+        warmup_iterations = d("I_w", "warmup_iterations", _ramp_step(stages, warmup_epochs * n),
+                              "the step whose samples reach w · n",
+                              f"{fmt(warmup_epochs)} · {fmt(n)} samples", "")
+    elif warmup == "legw":
         warmup_epochs = d("w", "warmup_epochs", k * w0, "k · w0", f"{fmt(k)} · {fmt(w0)}",
                           "linear-epoch warmup (LEGW)")
         # = w·n/B, written so that it is bit-identical at every B
@@ -364,7 +458,18 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         warmup_iterations = d("I_w", "warmup_iterations", w0 * n / batch, "w · n / B",
                               f"{fmt(w0)} · {fmt(n)} / {fmt(batch)}")
     ahead = _forecast(d, spec, noise_curve, batch, b0, total_epochs, n)
-    if date.budget == "hold":
+    if stages:
+        last_stage = stages[-1]
+        total_epochs = d("E_tot", "total_epochs", (last_stage.samples_before + last_stage.steps
+                                                   * last_stage.batch) / n,
+                         "∫₀^E0 (B_noise(e) + b(e)) / (B_noise(e) + B0) de",
+                         f"b(e) the ramp's batch, E0 = {fmt(total_epochs)}",
+                         "the epochs the ramp is forecast to need for the baseline's loss")
+        total_iterations = d("I", "total_iterations", last_stage.last_step, "Σ_j I_j",
+                             " + ".join(str(st.steps) for st in stages),
+                             f"{i0 / last_stage.last_step:.3g}× fewer steps than the baseline's "
+                             f"{fmt(i0)}")
+    elif date.budget == "hold":
         factor = max(ahead.factor, 1.0)
         total_epochs = d("E_tot", "total_epochs", factor * total_epochs, "max(f, 1) · E0",
                          f"{factor:.6g} · {fmt(total_epochs)}",
@@ -387,6 +492,9 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
     _refuse_unsound(spec, batch, k, warmup_epochs, total_epochs,
                     largest_batch(spec, n, multiple_of), peak)
     optimizer = _optimizer(d, spec, k, p)
+    if stages and stages[-1].batch != batch:  # the ramp ends below the target: it runs its last
+        optimizer = OptimizerSettings(optimizer.name, dict(stages[-1].options),
+                                      optimizer.layer_ratio)
     return Plan(
         baseline_batch=b0, target_batch=batch, dataset_size=n, dataset_size_source=source,
         baseline_lr=eta0, baseline_warmup_epochs=w0, baseline_iterations=i0,
@@ -395,8 +503,39 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         warmup_epochs=warmup_epochs, warmup_iterations=warmup_iterations,
         total_iterations=total_iterations, total_epochs=total_epochs, lr_floor=date.lr_floor,
         max_legw_batch=max_batch, optimizer=optimizer, derivations=tuple(d.rows),
-        budget=date.budget, noise_curve=noise_curve, forecast=ahead,
+        budget=date.budget, noise_curve=noise_curve, forecast=ahead, ramp=stages,
     )
+
+
+def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, n: int,
+          multiple_of: int, e0: float) -> tuple[BatchStage, ...]:
+    """budget ramp: the stages of :func:`date_engine.ramp.ramp`, each with the LR and optimizer
+    options the rule derives at its batch (recorded once, as the ramp's row)."""
+    if curve is None:
+        raise PlanError(
+            "date.budget is ramp, which grows the batch with the noise scale a probe measured; "
+            "run date probe SPEC and pass --probe <its probe.json>, or use --budget same-epochs.")
+    b0 = spec.baseline.batch_size
+    stages = []
+    for rung in ramp(curve, batch, b0, e0, n, multiple_of):
+        scratch = _Ledger()  # the stage's values are shown in the ramp's table
+        k = rung.batch / b0
+        _, p, peak = _peak_lr(scratch, spec, k)
+        options = _optimizer(scratch, spec, k, p).options
+        stages.append(BatchStage(rung.batch, rung.first_step, rung.last_step,
+                                 rung.samples_before, k, peak, options, rung.noise_at_start))
+    d("B_j", "ramp", [st.batch for st in stages], "B / 2^j, from the step where B_noise ≥ B_j",
+      f"B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}",
+      "the batch grows as the measured noise scale does (docs/noise.md)")
+    return tuple(stages)
+
+
+def _ramp_step(stages: tuple[BatchStage, ...], samples: float) -> float:
+    """The (fractional) optimizer step at which a ramp has trained on ``samples`` samples."""
+    for st in stages:
+        if samples <= st.samples_before + st.steps * st.batch:
+            return st.first_step - 1 + (samples - st.samples_before) / st.batch
+    return float(stages[-1].last_step)
 
 
 def _forecast(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, b0: int,
@@ -548,6 +687,15 @@ def split_batch(batch: int, world_size: int, micro_batch: int | None) -> BatchSp
     return BatchSplit(micro_batch, world_size, per_process // micro_batch)
 
 
+def stage_split(split: BatchSplit, batch: int) -> BatchSplit:
+    """The split of a ramp stage's global ``batch`` in a run split as ``split``: the same
+    processes, and micro-batches no larger than the run's (the largest divisor of each process's
+    share not above it), the rest accumulation."""
+    share = batch // split.world_size
+    micro = max(d for d in _divisors(share) if d <= split.micro_batch)
+    return BatchSplit(micro, split.world_size, share // micro)
+
+
 # ------------------------------------------------------------------------------ the one resolver
 
 
@@ -559,10 +707,21 @@ class RunPlan(NamedTuple):
     plan: Plan
     split: BatchSplit
 
+    def split_at(self, step: int) -> BatchSplit:
+        """The split of optimizer step ``step``'s batch: ``split``, or its ramp stage's."""
+        stage = self.plan.stage_at(step)
+        if stage is None or stage.batch == self.split.batch:
+            return self.split
+        return stage_split(self.split, stage.batch)
+
     def to_dict(self) -> dict[str, Any]:
         """The run's plan as one JSON object: what ``date plan --json`` prints and ``plan.json``
-        holds."""
-        return {**self.plan.to_dict(), **self.split.to_dict()}
+        holds (with a ramp, each stage's split as ``stage_splits``)."""
+        data = {**self.plan.to_dict(), **self.split.to_dict()}
+        if self.plan.ramp:
+            data["stage_splits"] = [self.split_at(st.first_step).to_dict()
+                                    for st in self.plan.ramp]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunPlan:

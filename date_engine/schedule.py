@@ -38,10 +38,19 @@ def set_lr(optimizer: torch.optim.Optimizer, plan: Plan, step: int) -> float:
 
     A group keeps its proportion to the plan's peak: the LR it was built with is remembered as
     ``initial_lr`` (the key torch's schedulers use) and scaled by lr(step) / η. Being a function of
-    the step alone, it needs no state of its own in a checkpoint.
+    the step alone, it needs no state of its own in a checkpoint. With a batch ramp it also sets
+    the base optimizer's options (β2, ε, ...) the plan derived at the step's batch.
     """
     lr = plan.lr(step)
+    stage = plan.stage_at(step)
     for group in optimizer.param_groups:
         initial = group.setdefault("initial_lr", group["lr"])
         group["lr"] = initial * lr / plan.peak_lr
+        if stage is not None:  # a batch ramp: the optimizer's values derived at this batch
+            group.update((k, _like(group[k], v)) for k, v in stage.options.items() if k in group)
     return lr
+
+
+def _like(current, value):
+    """``value`` in the type the optimizer keeps (JSON gives lists where torch keeps tuples)."""
+    return tuple(value) if isinstance(current, tuple) else value

@@ -233,10 +233,11 @@ class DateSpec(_Section):
     """η̂: the decay stops at this LR."""
     layer_ratio: LayerRatioSpec = LayerRatioSpec()
     """Per-layer learning-rate ratios."""
-    budget: Literal["same-epochs", "hold"] = "same-epochs"
+    budget: Literal["same-epochs", "hold", "ramp"] = "same-epochs"
     """same-epochs: train the baseline's epochs at the target batch (k× fewer steps); hold: as
-    many epochs as the probe's forecast says the target batch needs to reach the baseline's loss
-    (docs/noise.md). hold needs ``probe``."""
+    many epochs as the probe's forecast says the target batch needs to reach the baseline's loss;
+    ramp: start at a batch the problem can use and double it, up to the target, as the measured
+    noise scale grows (docs/noise.md). hold and ramp need ``probe``."""
     probe: str | None = Field(default=None, min_length=1)
     """probe.json written by ``date probe`` for this baseline (a path from the directory date
     runs in): the plan then forecasts what holding accuracy costs at the target batch."""

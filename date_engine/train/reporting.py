@@ -5,7 +5,7 @@ view."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,11 +30,14 @@ class RunLogger:
     """
 
     def __init__(self, rt: Runtime, console: Console, folder: RunFolder, *, total_steps: int,
-                 start: int, resumed: bool, log_every: int, samples_per_step: int,
-                 dataset_size: int, window: tuple[float, int] = (0.0, 0),
-                 time_before: float = 0.0) -> None:
+                 start: int, resumed: bool, log_every: int,
+                 samples_through: Callable[[int], int], dataset_size: int,
+                 batch_at: Callable[[int], int] | None = None,
+                 window: tuple[float, int] = (0.0, 0), time_before: float = 0.0) -> None:
         self.rt, self.total_steps, self.log_every = rt, total_steps, log_every
-        self.samples_per_step, self.dataset_size = samples_per_step, dataset_size
+        self.samples_through, self.dataset_size = samples_through, dataset_size
+        self.batch_at = batch_at
+        """The batch of a step, recorded in metrics.jsonl (a ramp's); None: not recorded."""
         self.metrics = MetricsLog(folder, resume_step=start if (start or resumed) else None) \
             if rt.is_main else None
         self.view = ProgressView(console, total_steps, start) if rt.is_main else None
@@ -51,7 +54,7 @@ class RunLogger:
         return step % self.log_every == 0 or step == self.total_steps
 
     def epoch(self, step: int) -> float:
-        return step * self.samples_per_step / self.dataset_size
+        return self.samples_through(step) / self.dataset_size
 
     def after_step(
         self,
@@ -83,7 +86,8 @@ class RunLogger:
             dist.all_reduce(loss)
             loss = loss / self.rt.world_size
         elapsed = time.perf_counter() - self._window_start
-        rate = self._window_steps * self.samples_per_step / elapsed if elapsed > 0 else 0.0
+        samples = self.samples_through(step) - self.samples_through(step - self._window_steps)
+        rate = samples / elapsed if elapsed > 0 else 0.0
         ratios = getattr(optimizer, "last_ratios", None)
         spread = None
         if ratios is not None and ratios.numel():
@@ -98,6 +102,7 @@ class RunLogger:
             self.train_seconds(),
             spread,
             (noise.grad_sq, noise.trace) if noise is not None else None,
+            self.batch_at(step) if self.batch_at is not None else None,
         )
 
     def window_state(self) -> tuple[float, int]:

@@ -6,12 +6,13 @@ process reads its share as one stream across epochs, ``micro_batch`` samples at 
 micro-batch may straddle two epochs. So after ``s`` optimizer steps each process has read exactly
 ``s · micro_batch · accumulation_steps`` samples of its stream: the position to resume from is a
 function of the step, and the global batch of a step is the same set of samples whatever the split
-into processes and accumulation steps.
+into processes and accumulation steps. A batch ramp changes the micro-batch from one stage to the
+next (``then``); the stream goes on where it was, so no sample is skipped or repeated at a change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from torch.utils.data import DistributedSampler, Sampler
 
@@ -39,16 +40,20 @@ class MicroBatchSampler(Sampler[list[int]]):
         seed: int,
         start: int,
         count: int,
+        then: Sequence[tuple[int, int]] = (),
     ) -> None:
         if dataset_size < world_size:
             raise ValueError(f"{dataset_size} samples cannot be shared by {world_size} processes")
         self.dataset_size, self.micro_batch = dataset_size, micro_batch
         self.world_size, self.rank, self.seed = world_size, rank, seed
         self.start, self.count = start, count
+        self.sizes = [(micro_batch, count), *then]
+        """(micro-batch, how many) in order: ``then`` continues the stream after the first
+        ``count`` with other micro-batch sizes (a batch ramp's stages)."""
         self.per_epoch = dataset_size // world_size
 
     def __len__(self) -> int:
-        return self.count
+        return sum(count for _, count in self.sizes)
 
     def epoch_indices(self, epoch: int) -> list[int]:
         sampler = DistributedSampler(
@@ -65,11 +70,10 @@ class MicroBatchSampler(Sampler[list[int]]):
     def __iter__(self) -> Iterator[list[int]]:
         epoch, offset = divmod(self.start, self.per_epoch)
         pending: list[int] = []
-        produced = 0
-        while produced < self.count:
-            pending += self.epoch_indices(epoch)[offset:]
-            epoch, offset = epoch + 1, 0
-            while len(pending) >= self.micro_batch and produced < self.count:
-                yield pending[: self.micro_batch]
-                pending = pending[self.micro_batch :]
-                produced += 1
+        for micro, count in self.sizes:
+            for _ in range(count):
+                while len(pending) < micro:
+                    pending += self.epoch_indices(epoch)[offset:]
+                    epoch, offset = epoch + 1, 0
+                yield pending[:micro]
+                pending = pending[micro:]

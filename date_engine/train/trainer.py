@@ -44,7 +44,7 @@ from date_engine.train.sampling import MicroBatchSampler
 from date_engine.train.step import StepRunner, Verdict, agree, to_device
 from date_engine.view.console import error_line, note_line
 
-__all__ = ["EXIT_NONFINITE", "Trainer", "run"]
+__all__ = ["EXIT_NONFINITE", "Trainer", "run", "stream_sizes"]
 
 EXIT_NONFINITE = 3
 # A dry run keeps the plan and replaces its batch split: 2 samples per pass, 2 passes per step,
@@ -217,7 +217,18 @@ class Trainer:
         if self.split.world_size * self.split.accumulation_steps < 2 \
                 or not self.config.measure_noise:
             return None
-        return NoiseScale(NoiseScale.half_life_for(self.plan.total_iterations * self.split.batch))
+        return NoiseScale(NoiseScale.half_life_for(self._samples_through(
+            self.plan.total_iterations)))
+
+    def _split_at(self, step: int) -> BatchSplit:
+        """The split of optimizer step ``step``: a ramp stage's, the planned one, or a dry run's."""
+        return self.split if self.config.dry_run else self.planned.split_at(step)
+
+    def _samples_through(self, step: int) -> int:
+        """Global samples trained on by the end of optimizer step ``step``."""
+        if self.config.dry_run:
+            return step * self.split.batch
+        return int(self.plan.samples_through(step))
 
     def _split_to_train(self) -> BatchSplit:
         """The planned split; a dry run keeps the plan and steps with a tiny split instead."""
@@ -351,7 +362,7 @@ class Trainer:
             scaler.load_state_dict(payload["scaler"])
         self.console.print(f"resuming from {found.path} (step {payload['step']})", soft_wrap=True)
         if mismatch := self._mismatch(found):  # --force-replan: as many samples, the new plan
-            start = payload["samples_seen"] // self.split.batch
+            start = self._steps_within(payload["samples_seen"])
             _seed_everything(process_seed(self.seed, rt.rank, start))
             self.console.print(note_line(f"--force-replan: {mismatch}; continuing its weights at "
                                          f"step {start} of the new plan "
@@ -364,6 +375,14 @@ class Trainer:
         ckpt.restore_rng(mine["rng"])
         return ResumePoint(payload["step"], True, tuple(mine["log_window"]),
                            float(payload.get("train_seconds", 0.0)))
+
+    def _steps_within(self, samples: int) -> int:
+        """The most optimizer steps of this plan that train on no more than ``samples``."""
+        low, high = 0, self.plan.total_iterations
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if self._samples_through(mid) <= samples else (low, mid - 1)
+        return low
 
     # ------------------------------------------------------------------ the loop
 
@@ -379,7 +398,8 @@ class Trainer:
             start=point.step,
             resumed=point.resumed,
             log_every=train.log_every,
-            samples_per_step=self.split.batch,
+            samples_through=self._samples_through,
+            batch_at=(lambda s: self._split_at(s).batch) if self.plan.ramp else None,
             dataset_size=self.plan.dataset_size,
             window=point.window,
             time_before=point.train_seconds,
@@ -409,7 +429,7 @@ class Trainer:
             metric = self._evaluate(steps.model, data, step, log)
         log.close()
         wall = time.perf_counter() - began
-        samples = (step - point.step) * self.split.batch
+        samples = self._samples_through(step) - self._samples_through(point.step)
         return RunSummary(
             self.recipe.name,
             step,
@@ -444,6 +464,13 @@ class Trainer:
                 # the random state after step - 1, for a checkpoint of it written on the way out
                 rng_before = ckpt.capture_rng(numpy=False) if not rt.distributed else None
                 lr = set_lr(steps.optimizer, self.plan, step)
+                split = self._split_at(step)
+                if split.accumulation_steps != steps.accumulation:  # a ramp's next stage
+                    steps.accumulation = split.accumulation_steps
+                if step > 1 and split.batch != self._split_at(step - 1).batch and rt.is_main:
+                    self.console.print(note_line(
+                        f"step {step}: the batch grows to {split.batch} (ramp; LR "
+                        f"{lr:.5g})"), soft_wrap=True)
                 loss = steps.forward_backward(batches)
                 grad_norm = steps.unscale_and_clip(train.grad_clip, log.is_logging(step))
                 out_of_time = self._out_of_time(log)
@@ -459,7 +486,8 @@ class Trainer:
                 self.done = None  # inside the update: no consistent state to save until it ends
                 steps.update()
                 self.done = step
-                log.after_step(step, lr, loss, grad_norm, steps.optimizer, self._measured(verdict))
+                log.after_step(step, lr, loss, grad_norm, steps.optimizer,
+                               self._measured(verdict, split))
                 if train.eval_every and step % train.eval_every == 0 and step != last:
                     self._evaluate(steps.model, data, step, log)
                 if verdict.stop:
@@ -492,24 +520,33 @@ class Trainer:
         limit = self.config.max_seconds
         return bool(limit) and self.rt.is_main and log.train_seconds() >= limit
 
-    def _measured(self, verdict: Verdict) -> NoiseEstimate | None:
-        """Fold the step's noise sample in; the smoothed estimate after it (None if unmeasured)."""
+    def _measured(self, verdict: Verdict, split: BatchSplit) -> NoiseEstimate | None:
+        """Fold the step's noise sample in; the smoothed estimate after it (None if unmeasured,
+        or left as it was at a ramp stage whose steps see one gradient)."""
         if self.noise is None or verdict.noise is None:
             return None
-        self.noise.update(*verdict.noise, self.split.micro_batch, self.split.batch)
+        if split.world_size * split.accumulation_steps > 1:
+            self.noise.update(*verdict.noise, split.micro_batch, split.batch)
         return self.noise.estimate
 
     def _loader(self, data: RecipeData, start: int, stop_at: int) -> torch.utils.data.DataLoader:
-        """This process's micro-batches for steps start+1 .. stop_at, resumable at any step."""
-        split, rank = self.split, self.rt.rank
+        """This process's micro-batches for steps start+1 .. stop_at, resumable at any step (a
+        ramp's stages one after the other)."""
+        rank, world = self.rt.rank, self.split.world_size
+        if self.config.dry_run:  # the dry run's tiny split at every step
+            sizes = [(self.split.micro_batch, (stop_at - start) * self.split.accumulation_steps)]
+        else:
+            sizes = stream_sizes(self.planned, start, stop_at)
+        first = sizes[0] if sizes else (self.split.micro_batch, 0)
         sampler = MicroBatchSampler(
             len(data.train),
-            split.micro_batch,
-            split.world_size,
+            first[0],
+            world,
             rank,
             self.seed,
-            start=start * split.samples_per_process,
-            count=max(stop_at - start, 0) * split.accumulation_steps,
+            start=self._samples_through(start) // world,
+            count=first[1],
+            then=sizes[1:],
         )
         return torch.utils.data.DataLoader(
             data.train,
@@ -542,10 +579,10 @@ class Trainer:
         payload = {
             "format": ckpt.FORMAT,
             "step": step,
-            "samples_seen": step * self.split.batch,
+            "samples_seen": self._samples_through(step),
             "train_seconds": log.train_seconds(),
             "sampler": {
-                "samples_per_process": step * self.split.samples_per_process,
+                "samples_per_process": self._samples_through(step) // self.split.world_size,
                 "seed": self.seed,
             },
             "model": steps.model.state_dict(),
@@ -627,6 +664,18 @@ class Trainer:
 
             run_curves(self.folder.read_metrics(), self.recipe.metric_name,
                        self.folder.curves_path, self.plan)
+
+
+def stream_sizes(planned: RunPlan, start: int, stop_at: int) -> list[tuple[int, int]]:
+    """(micro-batch, how many) a process reads, in order, for steps start+1 .. stop_at: one
+    entry, or one per batch ramp stage those steps touch."""
+    sizes, step = [], start + 1
+    while step <= stop_at:
+        split, stage = planned.split_at(step), planned.plan.stage_at(step)
+        last = min(stop_at, stage.last_step) if stage is not None else stop_at
+        sizes.append((split.micro_batch, (last - step + 1) * split.accumulation_steps))
+        step = last + 1
+    return sizes
 
 
 class _StopRequest:

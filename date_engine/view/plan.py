@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from date_engine.catalog import step_path
-from date_engine.plan import BatchSplit, Plan, fmt
+from date_engine.plan import BatchSplit, Plan, fmt, stage_split
 from date_engine.view.chart import Series, line_chart
 
 __all__ = ["describe_optimizer", "describe_split", "render_comparison", "render_plan",
@@ -36,6 +36,7 @@ def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64
         _derived_table(plan),
         *_forecast_lines(plan),
         _phases_table(plan),
+        *_ramp_table(plan, split),
         _split_line(split),
         _optimizer_line(plan),
         Text("\nLearning rate per optimizer step", style="bold"),
@@ -146,6 +147,31 @@ def _phases_table(plan: Plan) -> Table:
     return table
 
 
+def _ramp_table(plan: Plan, split: BatchSplit) -> list[RenderableType]:
+    """budget ramp: each stage's steps, epochs, batch split, peak LR and optimizer options."""
+    if not plan.ramp:
+        return []
+    table = Table(title="Batch ramp (each stage's values derived at its batch; B_noise from the "
+                  "probe)", title_justify="left")
+    for col in ("stage", "steps", "epochs", "batch", "η_j", "optimizer", "B_noise at start"):
+        table.add_column(col)
+    for j, st in enumerate(plan.ramp):
+        steps = str(st.first_step) if st.steps == 1 else f"{st.first_step}–{st.last_step}"
+        sub = stage_split(split, st.batch)
+        table.add_row(str(j), steps, f"{plan.epoch(st.first_step - 1):.4g}–"
+                      f"{plan.epoch(st.last_step):.4g}",
+                      f"{st.batch} = {sub.micro_batch} × {sub.world_size} × "
+                      f"{sub.accumulation_steps}", _lr(st.peak_lr),
+                      ", ".join(f"{k} {_option(v)}" for k, v in st.options.items()),
+                      f"{st.noise_at_start:,.0f}" if st.first_step > 1 else "—")
+    lines: list[RenderableType] = [table]
+    if plan.ramp[-1].batch != plan.target_batch:
+        lines.append(Text(
+            f"note: the probe's noise scale does not reach batch {plan.target_batch:,} within the "
+            f"baseline's progress; the ramp ends at {plan.ramp[-1].batch:,}.", style="yellow"))
+    return lines
+
+
 def describe_split(split: BatchSplit) -> str:
     """``8192 = 256 (micro-batch) × 4 (processes) × 8 (accumulation steps)``."""
     return (
@@ -191,6 +217,8 @@ def _optimizer_line(plan: Plan) -> Text:
 def _value(name: str, value: float | None) -> str:
     if value is None:
         return "—"
+    if isinstance(value, list):
+        return " → ".join(fmt(v) for v in value)
     if "lr" in name:
         return _lr(value)
     if name.startswith("forecast."):
