@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = ["CRITICAL_FACTOR", "Forecast", "NoiseCurve", "critical_batch", "epochs_factor",
-           "forecast"]
+           "forecast", "mean_cost"]
 
 CRITICAL_FACTOR = 2.0
 """f at the critical batch: twice the baseline's samples to reach its loss."""
@@ -62,10 +62,18 @@ def epochs_factor(curve: NoiseCurve, batch: int, baseline_batch: int,
                   baseline_epochs: float) -> float:
     """f = E_B / E0: how many times the baseline's epochs batch ``batch`` needs to reach the
     baseline's loss (1 at the baseline's batch, below 1 for a smaller batch)."""
-    step = baseline_epochs / _GRID
+    return mean_cost(curve, batch, baseline_batch, 0.0, baseline_epochs)
+
+
+def mean_cost(curve: NoiseCurve, batch: int, baseline_batch: int, start: float,
+              end: float) -> float:
+    """The mean over the baseline's progress ``start``..``end`` (epochs) of what a stretch costs
+    at ``batch`` per epoch it costs the baseline: (B_noise(e) + B) / (B_noise(e) + B0), by the
+    midpoint rule."""
+    step = (end - start) / _GRID
     total = 0.0
     for i in range(_GRID):
-        noise = curve((i + 0.5) * step)
+        noise = curve(start + (i + 0.5) * step)
         total += (noise + batch) / (noise + baseline_batch)
     return total / _GRID
 

@@ -38,7 +38,7 @@ from date_engine.catalog import OptimizerSettings, entry
 from date_engine.errors import PlanError
 from date_engine.forecast import Forecast, NoiseCurve, forecast
 from date_engine.probe import Probe, baseline_identity
-from date_engine.ramp import ramp
+from date_engine.ramp import Rung, ramp
 from date_engine.spec import MAX_STEPS, Spec
 
 if TYPE_CHECKING:  # recipes are passed in, never imported: the plan depends on no recipe
@@ -90,27 +90,16 @@ class Phase:
 
 
 @dataclass(frozen=True)
-class BatchStage:
-    """One rung of a batch ramp (``date.budget: ramp``): its global batch, the optimizer steps it
-    runs, and every value the plan derives from the batch, derived at this batch."""
+class BatchStage(Rung):
+    """One rung of a batch ramp (``date.budget: ramp``, :mod:`date_engine.ramp`) with every value
+    the plan derives from the batch, derived at this rung's batch."""
 
-    batch: int
-    first_step: int
-    last_step: int
-    samples_before: int
-    """Samples trained on before the stage's first step."""
     scale: float
     """k_j = B_j / B0."""
     peak_lr: float
     """η_j = k_j^p · η0: the LR the schedule's shape multiplies during this stage."""
     options: dict[str, Any]
     """The base optimizer's options at this batch (the rule's β2, ε, λ at k_j)."""
-    noise_at_start: float
-    """B_noise where the stage starts (the probe's curve; 0 for the first)."""
-
-    @property
-    def steps(self) -> int:
-        return self.last_step - self.first_step + 1
 
 
 @dataclass(frozen=True)
@@ -239,20 +228,9 @@ class Plan:
     @property
     def phases(self) -> tuple[Phase, ...]:
         """The warmup, decay and floor stretches (empty ones left out)."""
-        if self.ramp:
-            return self._ramp_phases()
         last = self.total_iterations
         first_decay = max(1, math.ceil(self.warmup_iterations))
-        # First step whose decayed value is at or below the floor; the closed form can be off by
-        # one in floating point, so settle it against _decay itself.
-        first_floor = max(
-            first_decay,
-            math.ceil(last - self.lr_floor * (last - self.warmup_iterations) / self.peak_lr),
-        )
-        while first_floor > first_decay and self._decay(first_floor - 1) <= self.lr_floor:
-            first_floor -= 1
-        while self._decay(first_floor) > self.lr_floor:
-            first_floor += 1
+        first_floor = self._first_floor(first_decay)
         spans = (
             ("warmup", 1, first_decay - 1),
             ("decay", first_decay, first_floor - 1),
@@ -264,19 +242,24 @@ class Plan:
             if a <= b
         )
 
-    def _ramp_phases(self) -> tuple[Phase, ...]:
-        """The stretches of a ramped schedule, found step by step (its LR jumps where the batch
-        does, so there is no closed form for the floor's start)."""
+    def _first_floor(self, first_decay: int) -> int:
+        """The first step whose decayed LR is at or below the floor (last + 1 if none)."""
         last = self.total_iterations
-        first_decay = next((i for i in range(1, last + 1)
-                            if self.epoch(i) >= self.warmup_epochs), last + 1)
-        first_floor = last + 1
-        while first_floor > first_decay and self.lr(first_floor - 1) <= self.lr_floor:
+        if self.ramp:  # the LR jumps where the batch does: walk back from the end
+            first_floor = last + 1
+            while first_floor > first_decay and self.lr(first_floor - 1) <= self.lr_floor:
+                first_floor -= 1
+            return first_floor
+        # the closed form can be off by one in floating point: settle it against _decay itself
+        first_floor = max(
+            first_decay,
+            math.ceil(last - self.lr_floor * (last - self.warmup_iterations) / self.peak_lr),
+        )
+        while first_floor > first_decay and self._decay(first_floor - 1) <= self.lr_floor:
             first_floor -= 1
-        spans = (("warmup", 1, first_decay - 1), ("decay", first_decay, first_floor - 1),
-                 ("floor", first_floor, last))
-        return tuple(Phase(name, a, b, self.epoch(a - 1), self.epoch(b), self.lr(a), self.lr(b))
-                     for name, a, b in spans if a <= b)
+        while self._decay(first_floor) > self.lr_floor:
+            first_floor += 1
+        return first_floor
 
     # ---------------------------------------------------------------- the inputs, shown
 
@@ -434,34 +417,32 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
     scaling, p, peak = _peak_lr(d, spec, k)
     warmup = date.warmup or "legw"
     total_epochs = i0 * b0 / n
-    stages: tuple[BatchStage, ...] = ()
-    if date.budget == "ramp":
-        stages = _ramp(d, spec, noise_curve, batch, n, multiple_of, total_epochs)
+    stages = (_ramp(d, spec, noise_curve, batch, n, multiple_of, total_epochs)
+              if date.budget == "ramp" else ())
+    if warmup == "legw" and stages:  # LEGW at the batch the ramp starts with
         k0 = stages[0].scale
-        warmup_epochs = d("w", "warmup_epochs", k0 * w0 if warmup == "legw" else w0,
-                          "k₀ · w0" if warmup == "legw" else "w0",
-                          f"{fmt(k0)} · {fmt(w0)}" if warmup == "legw" else fmt(w0),
-                          "LEGW at the ramp's first batch" if warmup == "legw" else
-                          "constant-epoch warmup")
-        warmup_iterations = d("I_w", "warmup_iterations", _ramp_step(stages, warmup_epochs * n),
-                              "the step whose samples reach w · n",
-                              f"{fmt(warmup_epochs)} · {fmt(n)} samples", "")
+        warmup_epochs = d("w", "warmup_epochs", k0 * w0, "k₀ · w0", f"{fmt(k0)} · {fmt(w0)}",
+                          "linear-epoch warmup (LEGW) at the ramp's first batch")
     elif warmup == "legw":
         warmup_epochs = d("w", "warmup_epochs", k * w0, "k · w0", f"{fmt(k)} · {fmt(w0)}",
                           "linear-epoch warmup (LEGW)")
-        # = w·n/B, written so that it is bit-identical at every B
+    else:
+        warmup_epochs = d("w", "warmup_epochs", w0, "w0", fmt(w0), "constant-epoch warmup")
+    if stages:
+        warmup_iterations = d("I_w", "warmup_iterations", _ramp_step(stages, warmup_epochs * n),
+                              "the step whose samples reach w · n",
+                              f"{fmt(warmup_epochs)} · {fmt(n)} samples")
+    elif warmup == "legw":  # = w·n/B, written so that it is bit-identical at every B
         warmup_iterations = d("I_w", "warmup_iterations", w0 * n / b0, "w0 · n / B0",
                               f"{fmt(w0)} · {fmt(n)} / {fmt(b0)}",
                               "= w·n/B: constant across batches")
     else:
-        warmup_epochs = d("w", "warmup_epochs", w0, "w0", fmt(w0), "constant-epoch warmup")
         warmup_iterations = d("I_w", "warmup_iterations", w0 * n / batch, "w · n / B",
                               f"{fmt(w0)} · {fmt(n)} / {fmt(batch)}")
     ahead = _forecast(d, spec, noise_curve, batch, b0, total_epochs, n)
     if stages:
         last_stage = stages[-1]
-        total_epochs = d("E_tot", "total_epochs", (last_stage.samples_before + last_stage.steps
-                                                   * last_stage.batch) / n,
+        total_epochs = d("E_tot", "total_epochs", last_stage.samples_after / n,
                          "∫₀^E0 (B_noise(e) + b(e)) / (B_noise(e) + B0) de",
                          f"b(e) the ramp's batch, E0 = {fmt(total_epochs)}",
                          "the epochs the ramp is forecast to need for the baseline's loss")
@@ -522,8 +503,7 @@ def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, n: int,
         k = rung.batch / b0
         _, p, peak = _peak_lr(scratch, spec, k)
         options = _optimizer(scratch, spec, k, p).options
-        stages.append(BatchStage(rung.batch, rung.first_step, rung.last_step,
-                                 rung.samples_before, k, peak, options, rung.noise_at_start))
+        stages.append(BatchStage(**asdict(rung), scale=k, peak_lr=peak, options=options))
     d("B_j", "ramp", [st.batch for st in stages], "B / 2^j, from the step where B_noise ≥ B_j",
       f"B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}",
       "the batch grows as the measured noise scale does (docs/noise.md)")
@@ -533,7 +513,7 @@ def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, n: int,
 def _ramp_step(stages: tuple[BatchStage, ...], samples: float) -> float:
     """The (fractional) optimizer step at which a ramp has trained on ``samples`` samples."""
     for st in stages:
-        if samples <= st.samples_before + st.steps * st.batch:
+        if samples <= st.samples_after:
             return st.first_step - 1 + (samples - st.samples_before) / st.batch
     return float(stages[-1].last_step)
 

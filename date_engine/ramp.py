@@ -22,16 +22,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from date_engine.forecast import NoiseCurve
+from date_engine.forecast import NoiseCurve, mean_cost
 
 __all__ = ["Rung", "ladder", "ramp"]
-
-_GRID = 4000  # midpoints per integral; the integrand is smooth between rung changes
 
 
 @dataclass(frozen=True)
 class Rung:
-    """One stretch of a ramp at one global batch, in whole optimizer steps."""
+    """One stretch of a ramp at one global batch, in whole optimizer steps (the plan's
+    :class:`~date_engine.plan.BatchStage` adds the values derived at its batch)."""
 
     batch: int
     first_step: int
@@ -75,7 +74,7 @@ def ramp(curve: NoiseCurve, target: int, baseline: int, baseline_epochs: float,
     ends = [e for _, e in kept[1:]] + [baseline_epochs]
     epochs, done = [], 0.0
     for (b, e), end in zip(kept, ends):
-        done += _epochs(curve, b, baseline, e, end)
+        done += mean_cost(curve, b, baseline, e, end) * (end - e)
         epochs.append(done)
     stages, samples, step = [], 0, 1
     for (b, e), end_epochs in zip(kept, epochs):
@@ -90,15 +89,3 @@ def _progress_at(curve: NoiseCurve, noise: float) -> float:
     if curve.beta <= 0:
         return math.inf if noise > curve.a else 0.0
     return (noise / curve.a) ** (1.0 / curve.beta)
-
-
-def _epochs(curve: NoiseCurve, batch: int, baseline: int, start: float, end: float) -> float:
-    """∫ from ``start`` to ``end`` of (B_noise(x) + batch) / (B_noise(x) + B0) dx."""
-    if end <= start:
-        return 0.0
-    width = (end - start) / _GRID
-    total = 0.0
-    for i in range(_GRID):
-        noise = curve(start + (i + 0.5) * width)
-        total += (noise + batch) / (noise + baseline)
-    return total * width

@@ -167,7 +167,7 @@ def test_a_ramped_run_trains_each_stage_at_its_batch(ramped):
     assert [s["accumulation_steps"] for s in plan["stage_splits"]] == [b // 16 for b in batches]
     logged = [x for x in metrics(out) if "loss" in x]
     for record in logged:
-        stage = next(s for s in plan["ramp"] if record["step"] <= s["last_step"])
+        stage = next(s for s in plan["ramp"] if record["step"] < s["first_step"] + s["steps"])
         assert record["batch"] == stage["batch"]
     assert "the batch grows to 32" in result.stdout
     summary = json.loads((out / "summary.json").read_text())
@@ -184,7 +184,7 @@ def test_a_ramped_run_killed_after_a_change_resumes_bit_for_bit(ramped, probe_fi
     change = next(s["first_step"] for s in stages[1:] if s["first_step"] % 4 not in (0, 1))
     calls = 0  # rank 0's loss computations up to and into the step after the change
     for step in range(1, change + 2):
-        j = next(i for i, s in enumerate(stages) if step <= s["last_step"])
+        j = next(i for i, s in enumerate(stages) if step < s["first_step"] + s["steps"])
         calls += splits[j]["accumulation_steps"]
     killed = date("scale", SPEC, *RAMP, "--probe", probe_file, "--max-steps", 40,
                   "-o", tmp_path / "killed", "--max-restarts", 1,

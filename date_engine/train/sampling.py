@@ -44,9 +44,8 @@ class MicroBatchSampler(Sampler[list[int]]):
     ) -> None:
         if dataset_size < world_size:
             raise ValueError(f"{dataset_size} samples cannot be shared by {world_size} processes")
-        self.dataset_size, self.micro_batch = dataset_size, micro_batch
+        self.dataset_size, self.start = dataset_size, start
         self.world_size, self.rank, self.seed = world_size, rank, seed
-        self.start, self.count = start, count
         self.sizes = [(micro_batch, count), *then]
         """(micro-batch, how many) in order: ``then`` continues the stream after the first
         ``count`` with other micro-batch sizes (a batch ramp's stages)."""

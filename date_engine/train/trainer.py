@@ -465,9 +465,10 @@ class Trainer:
                 rng_before = ckpt.capture_rng(numpy=False) if not rt.distributed else None
                 lr = set_lr(steps.optimizer, self.plan, step)
                 split = self._split_at(step)
-                if split.accumulation_steps != steps.accumulation:  # a ramp's next stage
-                    steps.accumulation = split.accumulation_steps
-                if step > 1 and split.batch != self._split_at(step - 1).batch and rt.is_main:
+                steps.accumulation = split.accumulation_steps  # a ramp's stage may change it
+                stage = self.plan.stage_at(step)
+                if stage is not None and step == stage.first_step > 1 and rt.is_main \
+                        and not self.config.dry_run:
                     self.console.print(note_line(
                         f"step {step}: the batch grows to {split.batch} (ramp; LR "
                         f"{lr:.5g})"), soft_wrap=True)
