@@ -432,6 +432,10 @@ ToleranceOpt = Annotated[str, typer.Option(
 EvalsOpt = Annotated[int, typer.Option(
     "--evals", min=1, help="Evaluations per cell, evenly spaced (time-to-accuracy is read at "
     "them).")]
+BudgetsOpt = Annotated[Optional[str], typer.Option(
+    "--budgets", metavar="same-epochs,hold,ramp", help="Train each scheme once per budget "
+    "(date.budget), side by side as scheme+budget; hold and ramp need --probe. Default: the "
+    "spec's budget.")]
 ReportOnlyOpt = Annotated[bool, _flag(
     "--report-only", help="Train nothing; write the report from the cells already run.")]
 
@@ -445,7 +449,8 @@ def sweep_command(
     tolerance: ToleranceOpt = "1%", evals: EvalsOpt = 10, report_only: ReportOnlyOpt = False,
     probe: Annotated[Optional[Path], _opt(
         "--probe", help="probe.json of the baseline: the report puts each batch's forecast beside "
-        "what its cells measured.")] = None,
+        "what its cells measured, and --budgets hold and ramp train with it.")] = None,
+    budgets: BudgetsOpt = None,
 ) -> None:
     """Compare schemes across batch sizes: accuracy, time to accuracy, speedup, plots.
 
@@ -453,14 +458,17 @@ def sweep_command(
     finished cells and resumes interrupted ones."""
     with user_errors():
         from date_engine.sweep import (SweepOptions, Tolerance, parse_batches,  # noqa: I001
-                                       parse_lr_grid, parse_schemes, plan_sweep, run_sweep)
+                                       parse_budgets, parse_lr_grid, parse_schemes, plan_sweep,
+                                       run_sweep)
 
         path, spec = _spec(spec_arg, overrides)
         recipe = _recipe_to_train(path, spec, spec.recipe)
         options = SweepOptions(
             batches=parse_batches(batches), schemes=parse_schemes(schemes), repeats=repeats,
             lr_grid=tuple(parse_lr_grid(lr_grid)), tolerance=Tolerance.parse(tolerance),
-            evals=evals, nproc=nproc, jobs=jobs)
+            evals=evals, nproc=nproc, jobs=jobs,
+            budgets=tuple(parse_budgets(budgets)) if budgets is not None else (),
+            probe=str(probe.resolve()) if probe is not None else None)
         root = output_folder(output_dir or Path("sweeps") / path.stem, "--output-dir")
         cells = plan_sweep(spec, options, recipe)
         console = Console(highlight=False)
@@ -469,6 +477,7 @@ def sweep_command(
         settings = {"spec": str(path), "recipe": recipe.name, "overrides": list(overrides or ()),
                     "command": command, "batches": options.batches,
                     "schemes": [s.name for s in options.schemes], "repeats": repeats,
+                    "budgets": list(options.budgets),
                     "tolerance": str(options.tolerance)}
         if probe is not None:
             settings["forecast"] = _sweep_forecast(spec_arg, overrides, probe, options.batches,
@@ -480,7 +489,7 @@ def sweep_command(
         summary, code = run_sweep(recipe, cells, options, root, settings, console,
                                   train=not report_only)
         if code != 2:  # after a refused input the error above is all there is to say
-            _print_verdicts(console, summary, [s.name for s in options.schemes], root)
+            _print_verdicts(console, summary, options.labels, root)
     if code:
         if code in (130, 143):
             Console(stderr=True).print("stopped; every running cell wrote a checkpoint. Run the "

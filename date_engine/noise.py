@@ -109,6 +109,12 @@ class NoiseScale:
         return NoiseEstimate(self._sums[0] / self._weight, self._sums[1] / self._weight)
 
     @property
+    def settled(self) -> bool:
+        """At least a half-life of samples measured: the averages weigh what was measured more
+        than their start (a measured batch ramp moves only on a settled estimate)."""
+        return self._weight >= 0.5
+
+    @property
     def scale(self) -> float | None:
         estimate = self.estimate
         return estimate.scale if estimate is not None else None

@@ -38,7 +38,7 @@ from date_engine.catalog import OptimizerSettings, entry
 from date_engine.errors import PlanError
 from date_engine.forecast import Forecast, NoiseCurve, forecast
 from date_engine.probe import Probe, baseline_identity
-from date_engine.ramp import Rung, ramp
+from date_engine.ramp import Change, Rung, follow, ramp
 from date_engine.spec import MAX_STEPS, Spec
 
 if TYPE_CHECKING:  # recipes are passed in, never imported: the plan depends on no recipe
@@ -89,7 +89,7 @@ class Phase:
         return self.last_step - self.first_step + 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BatchStage(Rung):
     """One rung of a batch ramp (``date.budget: ramp``, :mod:`date_engine.ramp`) with every value
     the plan derives from the batch, derived at this rung's batch."""
@@ -162,6 +162,15 @@ class Plan:
     """What holding the baseline's loss costs at the target batch, from ``noise_curve``."""
     ramp: tuple[BatchStage, ...] = ()
     """budget ramp: the batch's stages, smallest first (docs/noise.md); empty otherwise."""
+    ramp_mode: Literal["measured", "planned"] = "measured"
+    """budget ramp: measured — the run moves up a rung once its own noise scale passes it (the
+    planned start is the latest); planned — the rungs start where the probe's curve puts them."""
+
+    @property
+    def ramp_changes(self) -> tuple[Change, ...]:
+        """The moves up the ladder the run measured (``date.ramp: measured``), in order."""
+        return tuple(Change(st.first_step, st.batch, st.noise_at_start)
+                     for st in self.ramp if st.measured)
 
     # ---------------------------------------------------------------- the schedule
 
@@ -388,13 +397,16 @@ _HALF_LIFE = ("the running average of g² spans the same samples: k× fewer, k×
 
 def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
                 dataset_size_source: str = "the training data", multiple_of: int = 1,
-                noise_curve: NoiseCurve | None = None) -> Plan:
+                noise_curve: NoiseCurve | None = None,
+                ramp_changes: tuple[Change, ...] = ()) -> Plan:
     """Derive the plan for training ``spec``'s baseline at global batch ``batch``.
 
     ``dataset_size`` is n when the spec does not give ``baseline.dataset_size`` (from a recipe or
     the data, named by ``dataset_size_source``). ``noise_curve`` is the baseline's measured
     B_noise(e) (a probe's): with it the plan forecasts the epochs the batch needs, and
-    ``date.budget: hold`` trains them. Raises :class:`PlanError` when no sound plan exists
+    ``date.budget: hold`` trains them. ``ramp_changes`` are the moves up a measured ramp made
+    (:func:`date_engine.ramp.follow`); the plan of a run that made them (ValueError if no run
+    could have). Raises :class:`PlanError` when no sound plan exists
     (docs/algorithm.md §2); a batch it suggests instead is a multiple of ``multiple_of`` (the
     processes the batch is shared by), so that it is accepted.
     """
@@ -417,8 +429,11 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
     scaling, p, peak = _peak_lr(d, spec, k)
     warmup = date.warmup or "legw"
     total_epochs = i0 * b0 / n
-    stages = (_ramp(d, spec, noise_curve, batch, n, multiple_of, total_epochs)
-              if date.budget == "ramp" else ())
+    stages, ramp_samples = (
+        _ramp(d, spec, noise_curve, batch, n, multiple_of, total_epochs, ramp_changes)
+        if date.budget == "ramp" else ((), 0))
+    if ramp_changes and not (stages and date.ramp == "measured"):
+        raise ValueError("moves up a batch ramp apply only to date.budget ramp, date.ramp measured")
     if warmup == "legw" and stages:  # LEGW at the batch the ramp starts with
         k0 = stages[0].scale
         warmup_epochs = d("w", "warmup_epochs", k0 * w0, "k₀ · w0", f"{fmt(k0)} · {fmt(w0)}",
@@ -442,7 +457,7 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
     ahead = _forecast(d, spec, noise_curve, batch, b0, total_epochs, n)
     if stages:
         last_stage = stages[-1]
-        total_epochs = d("E_tot", "total_epochs", last_stage.samples_after / n,
+        total_epochs = d("E_tot", "total_epochs", ramp_samples / n,
                          "∫₀^E0 (B_noise(e) + b(e)) / (B_noise(e) + B0) de",
                          f"b(e) the ramp's batch, E0 = {fmt(total_epochs)}",
                          "the epochs the ramp is forecast to need for the baseline's loss")
@@ -485,29 +500,41 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         total_iterations=total_iterations, total_epochs=total_epochs, lr_floor=date.lr_floor,
         max_legw_batch=max_batch, optimizer=optimizer, derivations=tuple(d.rows),
         budget=date.budget, noise_curve=noise_curve, forecast=ahead, ramp=stages,
+        ramp_mode=date.ramp,
     )
 
 
 def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, n: int,
-          multiple_of: int, e0: float) -> tuple[BatchStage, ...]:
-    """budget ramp: the stages of :func:`date_engine.ramp.ramp`, each with the LR and optimizer
-    options the rule derives at its batch (recorded once, as the ramp's row)."""
+          multiple_of: int, e0: float, changes: tuple[Change, ...]
+          ) -> tuple[tuple[BatchStage, ...], int]:
+    """budget ramp: the stages of :func:`date_engine.ramp.ramp` (with a measured ramp's
+    ``changes`` applied by :func:`~date_engine.ramp.follow`), each with the LR and optimizer
+    options the rule derives at its batch (recorded once, as the ramp's row); and the samples
+    of the planned ramp, which the LR's shape spans whatever the run's moves."""
     if curve is None:
         raise PlanError(
             "date.budget is ramp, which grows the batch with the noise scale a probe measured; "
             "run date probe SPEC and pass --probe <its probe.json>, or use --budget same-epochs.")
     b0 = spec.baseline.batch_size
+    rungs = ramp(curve, batch, b0, e0, n, multiple_of)
+    samples = rungs[-1].samples_after
+    if spec.date.ramp == "measured":
+        rungs = follow(rungs, changes, samples)
     stages = []
-    for rung in ramp(curve, batch, b0, e0, n, multiple_of):
+    for rung in rungs:
         scratch = _Ledger()  # the stage's values are shown in the ramp's table
         k = rung.batch / b0
         _, p, peak = _peak_lr(scratch, spec, k)
         options = _optimizer(scratch, spec, k, p).options
         stages.append(BatchStage(**asdict(rung), scale=k, peak_lr=peak, options=options))
+    measured = spec.date.ramp == "measured"
     d("B_j", "ramp", [st.batch for st in stages], "B / 2^j, from the step where B_noise ≥ B_j",
-      f"B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}",
-      "the batch grows as the measured noise scale does (docs/noise.md)")
-    return tuple(stages)
+      f"B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}"
+      + (f"; {len(changes)} move(s) measured in the run" if changes else ""),
+      "the batch grows as the measured noise scale does (docs/noise.md)"
+      + ("; measured: up a rung once the run's own noise scale passes it, at the latest here"
+         if measured else ""))
+    return tuple(stages), samples
 
 
 def _ramp_step(stages: tuple[BatchStage, ...], samples: float) -> float:
@@ -667,12 +694,14 @@ def split_batch(batch: int, world_size: int, micro_batch: int | None) -> BatchSp
     return BatchSplit(micro_batch, world_size, per_process // micro_batch)
 
 
-def stage_split(split: BatchSplit, batch: int) -> BatchSplit:
+def stage_split(split: BatchSplit, batch: int, gradients: int = 1) -> BatchSplit:
     """The split of a ramp stage's global ``batch`` in a run split as ``split``: the same
     processes, and micro-batches no larger than the run's (the largest divisor of each process's
-    share not above it), the rest accumulation."""
+    share not above it), the rest accumulation; with at least ``gradients`` micro-batch gradients
+    per step (processes × accumulation) where the share allows it."""
     share = batch // split.world_size
-    micro = max(d for d in _divisors(share) if d <= split.micro_batch)
+    most = min(split.micro_batch, share * split.world_size // gradients or 1)
+    micro = max(d for d in _divisors(share) if d <= most)
     return BatchSplit(micro, split.world_size, share // micro)
 
 
@@ -692,7 +721,8 @@ class RunPlan(NamedTuple):
         stage = self.plan.stage_at(step)
         if stage is None or stage.batch == self.split.batch:
             return self.split
-        return stage_split(self.split, stage.batch)
+        measured = self.plan.ramp_mode == "measured"  # its stages measure the noise scale
+        return stage_split(self.split, stage.batch, 2 if measured else 1)
 
     def to_dict(self) -> dict[str, Any]:
         """The run's plan as one JSON object: what ``date plan --json`` prints and ``plan.json``
@@ -715,6 +745,7 @@ def resolve_plan(
     micro_batch: int | None = None,
     recipe: Recipe | None = None,
     dataset_size: int | None = None,
+    ramp_changes: tuple[Change, ...] = (),
 ) -> RunPlan:
     """The plan and batch split a run of ``spec`` at global ``batch`` trains with.
 
@@ -723,7 +754,7 @@ def resolve_plan(
     read, checked to be of this baseline, and its noise curve forecasts. The micro-batch is
     ``micro_batch`` (the command line), else ``train.micro_batch``, else the recipe's default
     fitted to each process's share (the largest divisor of it not above the default), else the
-    whole share.
+    whole share. ``ramp_changes``: the moves up a measured batch ramp the run made.
     """
     batch = _positive_int("--batch", batch)
     if recipe is not None and recipe.dataset_size is not None:
@@ -736,7 +767,7 @@ def resolve_plan(
         samples, _ = _samples_per_epoch(spec, n, source)
         curve = Probe.read(spec.date.probe).matching(baseline_identity(spec, samples)).curve
     plan = derive_plan(spec, batch, dataset_size=n, dataset_size_source=source,
-                       multiple_of=world_size, noise_curve=curve)
+                       multiple_of=world_size, noise_curve=curve, ramp_changes=ramp_changes)
     micro = micro_batch if micro_batch is not None else spec.train.micro_batch
     if micro is None and recipe is not None and batch % world_size == 0:
         share = batch // world_size

@@ -8,13 +8,20 @@ model of :mod:`date_engine.forecast`) — and stays at B once there.
 
 The noise curve B_noise(e) is a function of the baseline's progress e (its epochs). A stretch de
 of that progress costs a run at batch b de·(B_noise(e) + b)/(B_noise(e) + B0) epochs; so the
-ramp's own epochs are::
+planned ramp's own epochs are::
 
     ε(e) = ∫₀^e (B_noise(x) + b(x)) / (B_noise(x) + B0) dx,       b(x) the rung at progress x
 
 and it trains ε(E0) epochs in all. Rung j starts at ε(e_j), rounded to whole optimizer steps of
-the rung before it (so every stage is a whole number of steps and samples). Plain Python:
-``date plan`` imports no torch.
+the rung before it (so every stage is a whole number of steps and samples).
+
+A probe's curve is fitted to the first part of training and extrapolated; where it undershoots the
+noise scale of the full run, the planned rungs come late. ``date.ramp: measured`` (the default)
+lets the run decide: after each step the trainer reads the noise scale it measures itself and,
+once it has passed a higher rung, moves there (:func:`climb`); the planned start of a rung is the
+latest it begins. The plan of such a run is :func:`follow` of the planned rungs and the changes
+measured so far: the same samples in all (the LR's shape is a function of samples), fewer steps
+with every early change. Plain Python: ``date plan`` imports no torch.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from dataclasses import dataclass
 
 from date_engine.forecast import NoiseCurve, mean_cost
 
-__all__ = ["Rung", "ladder", "ramp"]
+__all__ = ["Change", "Rung", "climb", "follow", "ladder", "ramp"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,11 @@ class Rung:
     samples_before: int
     """Samples the run has trained on before the rung's first step."""
     noise_at_start: float
-    """B_noise (the probe's curve) at the baseline progress where the rung starts."""
+    """B_noise at the rung's start: the probe's curve at that baseline progress, or the noise
+    scale the run measured when it moved up (``measured``)."""
+    measured: bool = False
+    """True: the run moved here when its measured noise scale passed the rung (``date.ramp:
+    measured``); False: where the plan put it."""
 
     @property
     def last_step(self) -> int:
@@ -82,6 +93,57 @@ def ramp(curve: NoiseCurve, target: int, baseline: int, baseline_epochs: float,
         stages.append(Rung(b, step, count, samples, curve(e) if e > 0 else 0.0))
         samples, step = samples + count * b, step + count
     return tuple(stages)
+
+
+@dataclass(frozen=True)
+class Change:
+    """A move up the ladder a run decided on: from optimizer step ``step`` on, batch ``batch``,
+    the measured noise scale having reached ``noise``."""
+
+    step: int
+    batch: int
+    noise: float
+
+
+def follow(planned: tuple[Rung, ...], changes: tuple[Change, ...], total_samples: int
+           ) -> tuple[Rung, ...]:
+    """The ramp of a run that moved up at ``changes`` (in order) besides where ``planned`` puts
+    its rungs: a rung starts at the first step whose samples reach its planned start, unless a
+    change came first (at the same step, the change's larger batch wins); the last rung trains
+    until ``total_samples`` are reached. Raises ValueError for changes no run could have made
+    (not upward, or not after a step of the rung before them)."""
+    stages: list[Rung] = []
+    batch, first, samples, noise, measured = planned[0].batch, 1, 0, 0.0, False
+    pending = list(changes)
+    while True:
+        above = next((r for r in planned if r.batch > batch), None)
+        due = (first + max(1, math.ceil((above.samples_before - samples) / batch))
+               if above is not None else None)
+        if pending and (due is None or pending[0].step <= due):
+            change = pending.pop(0)
+            if change.batch <= batch or change.step <= first:
+                raise ValueError(f"a change to batch {change.batch} at step {change.step} cannot "
+                                 f"follow batch {batch} from step {first}")
+            end, after = change.step, (change.batch, change.noise, True)
+        elif due is not None:
+            end, after = due, (above.batch, above.noise_at_start, False)
+        else:
+            break
+        stages.append(Rung(batch, first, end - first, samples, noise, measured))
+        first, samples = end, samples + (end - first) * batch
+        batch, noise, measured = after
+    steps = max(1, math.ceil((total_samples - samples) / batch))
+    stages.append(Rung(batch, first, steps, samples, noise, measured))
+    return tuple(stages)
+
+
+def climb(rungs: list[int], batch: int, noise: float | None) -> int | None:
+    """The rung a run at ``batch`` moves to once its measured noise scale is ``noise``: the
+    largest rung above ``batch`` the noise has reached; None to stay."""
+    if noise is None or not math.isfinite(noise):
+        return None
+    reached = [r for r in rungs if batch < r <= noise]
+    return reached[-1] if reached else None
 
 
 def _progress_at(curve: NoiseCurve, noise: float) -> float:

@@ -213,7 +213,13 @@ class RunFolder:
         self.root.mkdir(parents=True, exist_ok=True)
         self.spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
         self.write_config(config_json)
-        self.plan_path.write_text(json.dumps(run_plan.to_dict(), indent=2))
+        self.write_plan(run_plan)
+
+    def write_plan(self, run_plan: RunPlan) -> None:
+        """plan.json; rewritten whole (a measured ramp's at each move up), never half-written."""
+        temporary = self.plan_path.with_suffix(".json.tmp")
+        temporary.write_text(json.dumps(run_plan.to_dict(), indent=2))
+        os.replace(temporary, self.plan_path)
 
     def write_config(self, config_json: str) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)

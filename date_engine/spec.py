@@ -238,6 +238,11 @@ class DateSpec(_Section):
     many epochs as the probe's forecast says the target batch needs to reach the baseline's loss;
     ramp: start at a batch the problem can use and double it, up to the target, as the measured
     noise scale grows (docs/noise.md). hold and ramp need ``probe``."""
+    ramp: Literal["measured", "planned"] = "measured"
+    """budget ramp: measured — the run moves up to a larger batch once the noise scale it measures
+    has passed it (the probe's forecast start is the latest); planned — where the probe's curve
+    puts each rung. measured needs two or more gradients per step (processes × accumulation
+    steps); the trainer splits a ramp's stages so that they have them."""
     probe: str | None = Field(default=None, min_length=1)
     """probe.json written by ``date probe`` for this baseline (a path from the directory date
     runs in): the plan then forecasts what holding accuracy costs at the target batch."""

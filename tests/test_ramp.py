@@ -1,19 +1,22 @@
-"""`date.budget: ramp`: the batch ladder in the plan, the stream of samples across a change, and a
-ramped run under torchrun killed right after a change, resumed bit for bit."""
+"""`date.budget: ramp`: the batch ladder in the plan, a measured ramp's moves, the stream of samples
+across a change, and a ramped run under torchrun killed right after a change, resumed bit for
+bit."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
 
 from date_engine.errors import PlanError
 from date_engine.forecast import NoiseCurve
-from date_engine.plan import BatchSplit, RunPlan, derive_plan, split_batch
+from date_engine.noise import NoiseScale
+from date_engine.plan import BatchSplit, RunPlan, derive_plan, split_batch, stage_split
 from date_engine.probe import NoisePoint, Probe, baseline_identity
-from date_engine.ramp import ladder, ramp
+from date_engine.ramp import Change, climb, follow, ladder, ramp
 from date_engine.spec import parse_spec
 from date_engine.train.sampling import MicroBatchSampler
 from date_engine.train.trainer import stream_sizes
@@ -79,6 +82,74 @@ def test_the_plan_rederives_every_batch_value_per_stage():
     assert again.plan == plan
     with pytest.raises(PlanError, match="date probe"):
         derive_plan(_spec(), 4096)
+
+
+def test_a_measured_ramp_moves_up_where_the_run_says():
+    planned = ramp(RISING, 4096, 128, 10.0, 60000)
+    total = planned[-1].samples_after
+    assert follow(planned, (), total) == planned  # nothing measured: the planned ramp, exactly
+    # at step 100 (the plan: 256 at step 118) the run measured 600: it skips to 512
+    moved = follow(planned, (Change(100, 512, 600.0),), total)
+    assert [(s.batch, s.first_step, s.measured) for s in moved[:2]] == [(128, 1, False),
+                                                                     (512, 100, True)]
+    assert moved[1].noise_at_start == 600.0 and moved[1].samples_before == 99 * 128
+    for before, after in zip(moved, moved[1:]):  # contiguous; later rungs where planned
+        assert after.first_step == before.last_step + 1
+        assert after.samples_before == before.samples_after
+    for stage in moved[2:]:
+        rung = next(r for r in planned if r.batch == stage.batch)
+        assert 0 <= stage.samples_before - rung.samples_before < 512 * 2  # the first step past
+    assert total <= moved[-1].samples_after < total + 4096  # the same samples in all
+    assert moved[-1].last_step < planned[-1].last_step  # in fewer steps
+    # a planned move that came first stays; a change can only go up, after a step of its rung
+    later = follow(planned, (Change(planned[2].first_step + 3, 2048, 2500.0),), total)
+    assert [s.batch for s in later] == [128, 256, 512, 2048, 4096]
+    for bad in (Change(100, 128, 9.0), Change(1, 256, 300.0)):
+        with pytest.raises(ValueError, match="cannot follow"):
+            follow(planned, (bad,), total)
+
+
+def test_climb_takes_the_largest_rung_the_noise_has_reached():
+    rungs = [128, 256, 512, 1024]
+    assert climb(rungs, 128, 700.0) == 512
+    assert climb(rungs, 512, 700.0) is None and climb(rungs, 128, 200.0) is None
+    assert climb(rungs, 128, None) is None and climb(rungs, 128, math.nan) is None
+    assert climb(rungs, 256, 1e9) == 1024
+    noise = NoiseScale(half_life=1000.0)
+    noise.update(4.0, 2.0, 64, 128)
+    assert not noise.settled  # a settled estimate needs a half-life of samples
+    for _ in range(8):
+        noise.update(4.0, 2.0, 64, 128)
+    assert noise.settled
+
+
+def test_a_measured_plan_is_the_plan_of_its_moves():
+    spec = _spec()
+    planned = derive_plan(spec, 4096, noise_curve=RISING)
+    assert planned.ramp_mode == "measured" and planned.ramp_changes == ()
+    assert planned.ramp == derive_plan(_spec(ramp="planned"), 4096, noise_curve=RISING).ramp
+    changes = (Change(60, 1024, 1100.0),)
+    moved = derive_plan(spec, 4096, noise_curve=RISING, ramp_changes=changes)
+    assert moved.ramp_changes == changes and moved.total_epochs == planned.total_epochs
+    assert moved.total_iterations < planned.total_iterations
+    assert moved.total_iterations == moved.ramp[-1].last_step
+    # the LR is the stage's peak times the same shape of the samples seen
+    for step in (59, 60, 61, moved.ramp[2].first_step, moved.total_iterations):
+        stage = moved.stage_at(step)
+        e, w, total = moved.epoch(step), moved.warmup_epochs, moved.total_epochs
+        shape = e / w if e < w else (total - e) / (total - w)
+        assert moved.lr(step) == pytest.approx(max(stage.peak_lr * shape, moved.lr_floor))
+    assert moved.batch_at(60) == 1024 and moved.stage_at(60).options["alpha"] == pytest.approx(
+        0.99**8)
+    again = RunPlan.from_dict(json.loads(json.dumps(RunPlan(moved, _split(4096)).to_dict())))
+    assert again.plan == moved and again.plan.ramp_changes == changes
+    with pytest.raises(ValueError, match="measured"):
+        derive_plan(_spec(ramp="planned"), 4096, noise_curve=RISING, ramp_changes=changes)
+    # its stages give every step two or more gradients, so that the noise scale is measured
+    run = RunPlan(moved, split_batch(4096, 1, 4096))
+    assert run.split_at(1) == BatchSplit(64, 1, 2)
+    assert stage_split(BatchSplit(64, 2, 1), 256, 2) == BatchSplit(64, 2, 2)
+    assert stage_split(BatchSplit(4096, 1, 1), 256) == BatchSplit(256, 1, 1)
 
 
 def test_without_a_ramp_plans_are_unchanged():
@@ -159,29 +230,46 @@ def ramped(probe_file, tmp_path_factory):
     return out, result
 
 
-def test_a_ramped_run_trains_each_stage_at_its_batch(ramped):
+def test_a_ramped_run_trains_each_stage_at_its_batch(ramped, probe_file):
+    """The default, measured ramp: the run moves up before the probe's plan where its own noise
+    scale says, trains each stage at its batch, and leaves the plan it ran in plan.json."""
     out, result = ramped
     plan = json.loads((out / "plan.json").read_text())
     batches = [s["batch"] for s in plan["ramp"]]
     assert batches[0] == 16 and batches[-1] == 256
     assert [s["accumulation_steps"] for s in plan["stage_splits"]] == [b // 16 for b in batches]
+    measured = [s for s in plan["ramp"] if s["measured"]]
+    assert measured and all(s["noise_at_start"] >= s["batch"] for s in measured)
+    ahead = json.loads(date("plan", SPEC, *RAMP, "--probe", probe_file, "--json").stdout)
+    assert ahead["ramp_mode"] == "measured" and not any(s["measured"] for s in ahead["ramp"])
+    assert plan["total_iterations"] < ahead["total_iterations"]  # every early move saves steps
+    assert plan["total_epochs"] == ahead["total_epochs"]  # over the same samples
     logged = [x for x in metrics(out) if "loss" in x]
     for record in logged:
         stage = next(s for s in plan["ramp"] if record["step"] < s["first_step"] + s["steps"])
         assert record["batch"] == stage["batch"]
     assert "the batch grows to 32" in result.stdout
+    assert f"the batch grows to {measured[0]['batch']} (the measured noise scale reached" \
+        in result.stdout
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["steps"] == 40
+    assert summary["steps"] == 40 and summary["plan"]["ramp"] == plan["ramp"]
 
 
-def test_a_ramped_run_killed_after_a_change_resumes_bit_for_bit(ramped, probe_file, tmp_path):
-    """torchrun, 2 processes, gloo: rank 0 is SIGKILLed in the step after a batch change (not a
-    checkpoint step); torchrun restarts the job, which resumes from the checkpoint before it and
-    ends where the uninterrupted run did."""
+@pytest.mark.parametrize("which", ["first", "last"])
+def test_a_ramped_run_killed_after_a_change_resumes_bit_for_bit(ramped, probe_file, tmp_path,
+                                                                 which):
+    """torchrun, 2 processes, gloo: rank 0 is SIGKILLed in the step after a batch change;
+    torchrun restarts the job, which resumes from the checkpoint before it and ends where the
+    uninterrupted run did. first: the first change (resumed from before it, the run decides its
+    moves again); last: the last measured move (resumed from a checkpoint whose plan holds the
+    moves before it)."""
     out, _ = ramped
     plan = json.loads((out / "plan.json").read_text())
     stages, splits = plan["ramp"], plan["stage_splits"]
-    change = next(s["first_step"] for s in stages[1:] if s["first_step"] % 4 not in (0, 1))
+    if which == "first":
+        change = next(s["first_step"] for s in stages[1:] if s["first_step"] % 4 not in (0, 1))
+    else:
+        change = [s["first_step"] for s in stages if s["measured"]][-1]
     calls = 0  # rank 0's loss computations up to and into the step after the change
     for step in range(1, change + 2):
         j = next(i for i, s in enumerate(stages) if step < s["first_step"] + s["steps"])
@@ -191,10 +279,13 @@ def test_a_ramped_run_killed_after_a_change_resumes_bit_for_bit(ramped, probe_fi
                   "--recipe", "tests.fault_recipes:lenet_digits_killed",
                   env={"DATE_TEST_KILL_AT": str(calls)})
     assert killed.returncode == 0, killed.stdout + killed.stderr
-    assert "resuming from" in killed.stdout
+    resumed = int(re.search(r"resuming from .*\(step (\d+)\)", killed.stdout).group(1))
+    if which == "last":
+        assert any(s["measured"] and s["first_step"] <= resumed for s in stages)
     a, b = final_model(out), final_model(tmp_path / "killed")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert metrics(tmp_path / "killed") == metrics(out)
+    assert json.loads((tmp_path / "killed" / "plan.json").read_text()) == plan
 
 
 def test_date_plan_shows_the_ramp(probe_file):
@@ -203,3 +294,28 @@ def test_date_plan_shows_the_ramp(probe_file):
     assert "Batch ramp" in result.stdout and "16 → 32 → 64 → 128 → 256" in result.stdout
     none = date("plan", SPEC, *SHORT, "--batch", 256, "--budget", "ramp")
     assert none.returncode == 2 and "date probe" in none.stderr
+
+
+def test_a_sweep_compares_budgets_side_by_side(probe_file, tmp_path):
+    """`date sweep --budgets same-epochs,ramp`: each scheme once per budget, the report's table
+    with epochs and steps of each, and the metric against optimizer steps."""
+    out = tmp_path / "sweep"
+    result = date("sweep", SPEC, *SHORT, "--batches", 64, "--schemes", "date", "--budgets",
+                  "same-epochs,ramp", "--probe", probe_file, "--tolerance", "5", "--evals", 4,
+                  "--jobs", 2, "-o", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    cells = {row["scheme"]: row for row in json.loads((out / "results.json").read_text())["cells"]}
+    assert set(cells) == {"baseline", "date+same-epochs", "date+ramp"}
+    same, ramped = cells["date+same-epochs"], cells["date+ramp"]
+    assert same["status"] == ramped["status"] == "done"
+    assert same["epochs"] == pytest.approx(10.0, rel=0.01) and ramped["epochs"] > 10.0
+    plan = json.loads((out / "cells" / "date+ramp-B64-s0" / "plan.json").read_text())
+    assert plan["budget"] == "ramp" and ramped["steps"] == plan["total_iterations"]
+    report = (out / "report.md").read_text()
+    assert "| date+ramp |" in report and "| date+same-epochs |" in report
+    assert "**+ramp**" in report and "| epochs | steps |" in report
+    assert (out / "metric_vs_steps.png").stat().st_size > 0
+    refused = date("sweep", SPEC, *SHORT, "--batches", 64, "--budgets", "hold", "-o", out)
+    assert refused.returncode == 2 and "--probe" in refused.stderr
+    wrong = date("sweep", SPEC, *SHORT, "--batches", 64, "--budgets", "fast", "-o", out)
+    assert wrong.returncode == 2 and "unknown budget 'fast'" in wrong.stderr

@@ -21,7 +21,15 @@ from date_engine.recipes import Recipe
 from date_engine.spec import Spec
 from date_engine.sweep.grid import Cell, PlannedCell, build_cells, parse_batches, parse_lr_grid
 from date_engine.sweep.results import CellResult, SweepSummary, Tolerance, read_cell, summarize
-from date_engine.sweep.schemes import BASELINE, DEFAULT_LR_GRID, SCHEMES, Scheme, parse_schemes
+from date_engine.sweep.schemes import (
+    BASELINE,
+    DEFAULT_LR_GRID,
+    SCHEMES,
+    Scheme,
+    budget_label,
+    parse_budgets,
+    parse_schemes,
+)
 
 __all__ = [
     "BASELINE",
@@ -31,6 +39,7 @@ __all__ = [
     "SweepOptions",
     "Tolerance",
     "parse_batches",
+    "parse_budgets",
     "parse_lr_grid",
     "parse_schemes",
     "plan_sweep",
@@ -48,6 +57,15 @@ class SweepOptions:
     evals: int = 10
     nproc: int = 1
     jobs: int = 1
+    budgets: tuple[str, ...] = ()
+    """``--budgets``: each scheme once per budget (``scheme+budget``); empty: the spec's."""
+    probe: str | None = None
+    """probe.json for the hold and ramp budgets (absolute: every cell runs elsewhere)."""
+
+    @property
+    def labels(self) -> list[str]:
+        """The names the cells' groups go by: each scheme, or each scheme+budget."""
+        return [budget_label(s.name, b) for s in self.schemes for b in self.budgets or [None]]
 
 
 def plan_sweep(
@@ -64,6 +82,8 @@ def plan_sweep(
         world_size=options.nproc,
         evals=options.evals,
         recipe=recipe,
+        budgets=list(options.budgets) or None,
+        probe=options.probe,
     )
 
 
@@ -81,7 +101,7 @@ def run_sweep(
     from date_engine.sweep.runner import cell_folder, run_cells
     from date_engine.train.runtime import threads_per_process
 
-    names = [s.name for s in options.schemes]
+    names = options.labels
     settings = {
         **settings,
         "machine": machine(),

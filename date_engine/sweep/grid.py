@@ -16,7 +16,7 @@ from date_engine.errors import DateError, PlanError
 from date_engine.plan import RunPlan, resolve_plan
 from date_engine.recipes import Recipe
 from date_engine.spec import Spec, parse_spec
-from date_engine.sweep.schemes import BASELINE, Scheme, baseline
+from date_engine.sweep.schemes import BASELINE, Scheme, baseline, budget_label
 
 __all__ = ["Cell", "build_cells", "parse_batches", "parse_lr_grid"]
 
@@ -27,7 +27,8 @@ LOG_LINES = 100
 @dataclass(frozen=True)
 class Cell:
     scheme: str
-    """A scheme's name, or 'baseline' for the cells at the baseline batch."""
+    """A scheme's name (with ``+budget`` under ``--budgets``), or 'baseline' for the cells at the
+    baseline batch."""
     batch: int
     seed: int
     lr: float | None = None
@@ -93,13 +94,22 @@ def build_cells(
     world_size: int = 1,
     evals: int = 10,
     recipe: Recipe | None = None,
+    budgets: list[str] | None = None,
+    probe: str | None = None,
 ) -> list[PlannedCell]:
     """Every cell of the sweep, baseline cells first, each with a validated spec and its plan.
 
     The cells at the baseline batch B0 are the baseline (the spec with ratios off); the schemes run
     at every other batch. ``evals`` evaluations per cell are spread evenly over its steps, so that
     time-to-accuracy can be read off; about ``LOG_LINES`` training-loss lines are logged.
+    With ``budgets`` each scheme runs once per budget (``date.budget``), as ``scheme+budget``;
+    hold and ramp read the probe.json at ``probe``. A ramp's evaluations are spread over the
+    fewest steps it can take (all of it at the batch), as a measured ramp may end early.
     """
+    probe = probe or spec.date.probe
+    if budgets and probe is None and set(budgets) & {"hold", "ramp"}:
+        raise DateError("--budgets hold and ramp take their epochs from a probe; pass --probe "
+                        "<probe.json of the baseline> (date probe SPEC writes one).")
     raw = spec.model_dump(mode="json", exclude_none=True)
     b0 = spec.baseline.batch_size
     wanted: list[tuple[Cell, dict[str, Any]]] = [
@@ -109,9 +119,16 @@ def build_cells(
         if batch == b0:
             continue
         for scheme in schemes:
-            for lr in lr_grid if scheme.uses_grid else [None]:
-                for seed in seeds:
-                    wanted.append((Cell(scheme.name, batch, seed, lr), scheme.apply(raw, lr)))
+            for budget in budgets or [None]:
+                for lr in lr_grid if scheme.uses_grid else [None]:
+                    for seed in seeds:
+                        cell_raw = scheme.apply(raw, lr)
+                        if budget is not None:
+                            cell_raw.setdefault("date", {})["budget"] = budget
+                            if budget != "same-epochs":
+                                cell_raw["date"]["probe"] = probe
+                        wanted.append((Cell(budget_label(scheme.name, budget), batch, seed, lr),
+                                       cell_raw))
     planned = []
     for cell, cell_raw in wanted:
         cell_raw.setdefault("train", {})["seed"] = cell.seed
@@ -120,7 +137,10 @@ def build_cells(
             run_plan = resolve_plan(cell_spec, cell.batch, world_size, recipe=recipe)
         except PlanError as exc:
             raise DateError(f"cell {cell.name} ({_what(cell)}): {exc}") from None
-        steps = run_plan.plan.total_iterations
+        plan = run_plan.plan
+        steps = plan.total_iterations
+        if plan.ramp and plan.ramp_mode == "measured":
+            steps = math.ceil(plan.total_epochs * plan.dataset_size / plan.target_batch)
         train = cell_raw["train"]
         train["eval_every"] = max(1, math.ceil(steps / max(evals, 1)))
         train["log_every"] = max(1, round(steps / LOG_LINES))

@@ -30,7 +30,8 @@ from date_engine.catalog import entry
 from date_engine.errors import DateError
 from date_engine.spec import Spec, parse_spec
 
-__all__ = ["BASELINE", "DEFAULT_LR_GRID", "SCHEMES", "Scheme", "parse_schemes", "scheme_spec"]
+__all__ = ["BASELINE", "BUDGETS", "DEFAULT_LR_GRID", "SCHEMES", "Scheme", "budget_label",
+           "parse_budgets", "parse_schemes", "scheme_spec", "split_label"]
 
 Raw = dict[str, Any]
 
@@ -138,6 +139,36 @@ def parse_schemes(text: str) -> list[Scheme]:
             f"--schemes: unknown scheme '{unknown[0]}'; choose from {', '.join(SCHEMES)}."
         )
     return [SCHEMES[n] for n in dict.fromkeys(names)]
+
+
+BUDGETS = {
+    "same-epochs": "the baseline's epochs at the batch (k× fewer steps)",
+    "hold": "the epochs the probe forecasts the batch needs for the baseline's loss",
+    "ramp": "a batch that doubles from B0 up to the batch as the noise scale grows (date.ramp: "
+            "measured unless the spec says planned)",
+}
+"""The budgets ``date sweep --budgets`` compares (``date.budget``, docs/noise.md)."""
+
+
+def parse_budgets(text: str) -> list[str]:
+    """``"same-epochs,ramp"`` -> the budgets, in the order given, each once."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [n for n in names if n not in BUDGETS]
+    if not names or unknown:
+        what = f"unknown budget '{unknown[0]}'" if unknown else "no budget named"
+        raise DateError(f"--budgets: {what}; choose from {', '.join(BUDGETS)}.")
+    return list(dict.fromkeys(names))
+
+
+def budget_label(scheme: str, budget: str | None) -> str:
+    """The name a sweep gives ``scheme`` trained with ``budget`` (the scheme's own without)."""
+    return scheme if budget is None else f"{scheme}+{budget}"
+
+
+def split_label(label: str) -> tuple[str, str | None]:
+    """(scheme, budget or None) of a :func:`budget_label`."""
+    scheme, _, budget = label.partition("+")
+    return scheme, budget or None
 
 
 def _ratios_off(raw: Raw) -> Raw:

@@ -50,6 +50,12 @@ class RunLogger:
             0.0,
         )
 
+    def retotal(self, total_steps: int) -> None:
+        """A measured ramp moved up a rung: the run now ends after ``total_steps``."""
+        self.total_steps = total_steps
+        if self.view is not None:
+            self.view.retotal(total_steps)
+
     def is_logging(self, step: int) -> bool:
         return step % self.log_every == 0 or step == self.total_steps
 

@@ -32,6 +32,7 @@ from date_engine.errors import DataMissing, DateError
 from date_engine.noise import NoiseEstimate, NoiseScale
 from date_engine.optim.build import build_optimizer
 from date_engine.plan import BatchSplit, RunPlan, resolve_plan
+from date_engine.ramp import Change, climb, ladder
 from date_engine.recipes import DataOptions, RecipeData, get_recipe
 from date_engine.runfolder import RunFolder, RunLock, RunSummary
 from date_engine.schedule import set_lr
@@ -133,7 +134,7 @@ class Trainer:
         self.planned = self._resolve(data)
         self.plan, self.split = self.planned.plan, self._split_to_train()
         self._take_lock()
-        found = self._checkpoint_to_resume()  # every refusal happens before anything is written
+        found = self._checkpoint_to_resume(data)  # every refusal happens before anything is written
         if found is not None and self._already_finished(found):
             return 0
         self.noise = self._noise_scale()
@@ -181,8 +182,9 @@ class Trainer:
             )
             return data
 
-    def _resolve(self, data: RecipeData) -> RunPlan:
-        """The plan and split ``date plan`` shows for this command: plan.json of the run."""
+    def _resolve(self, data: RecipeData, changes: tuple[Change, ...] = ()) -> RunPlan:
+        """The plan and split ``date plan`` shows for this command: plan.json of the run (with a
+        measured ramp's ``changes``, the plan of a run that made them)."""
         cfg = self.config
         planned = resolve_plan(
             self.spec,
@@ -191,7 +193,10 @@ class Trainer:
             cfg.micro_batch,
             self.recipe,
             dataset_size=len(data.train),
+            ramp_changes=changes,
         )
+        if changes:
+            return planned
         n, source = planned.plan.dataset_size, planned.plan.dataset_size_source
         held = len(data.train)
         if data.note or n == held:  # generated samples of a dry run stand in for the data
@@ -210,11 +215,20 @@ class Trainer:
                                          f"the training set holds {held}."), soft_wrap=True)
         return planned
 
+    def _follows_noise(self) -> bool:
+        """A measured batch ramp: the run moves up as its own noise scale says."""
+        return bool(self.plan.ramp) and self.plan.ramp_mode == "measured" \
+            and not self.config.dry_run
+
     def _noise_scale(self) -> NoiseScale | None:
         """The run's gradient noise scale, measured when a step sees more than one micro-batch
-        gradient (more processes or accumulation steps); averaged over a fixed share of the run's
-        samples."""
-        if self.split.world_size * self.split.accumulation_steps < 2 \
+        gradient (more processes or accumulation steps; a measured ramp's stages always do);
+        averaged over a fixed share of the run's samples."""
+        if self._follows_noise():
+            if not self.config.measure_noise:
+                raise DateError("date.ramp: measured follows the noise scale the run measures, "
+                                "which this run was asked not to; set date.ramp: planned.")
+        elif self.split.world_size * self.split.accumulation_steps < 2 \
                 or not self.config.measure_noise:
             return None
         return NoiseScale(NoiseScale.half_life_for(self._samples_through(
@@ -251,7 +265,7 @@ class Trainer:
         )
         if data.note:
             self.console.print(note_line(data.note), soft_wrap=True)
-        if self.noise is None and cfg.measure_noise and not cfg.dry_run:
+        if self.noise is None and cfg.measure_noise and not cfg.dry_run and not self.plan.ramp:
             self.console.print(note_line(
                 "the gradient noise scale is not measured: each step sees one gradient (one "
                 "process, no accumulation); a --micro-batch below the batch measures it."),
@@ -266,6 +280,12 @@ class Trainer:
         self.folder.write_record(
             self.spec.model_dump(mode="json", exclude_none=True), cfg.to_json(), self.planned
         )
+        if self._follows_noise():
+            self.console.print(note_line(
+                "the batch ramp follows the noise scale this run measures: each stage above "
+                "starts where its batch is reached, at the latest where the table puts it, and "
+                "every earlier start shortens the run (plan.json is rewritten at each)."),
+                soft_wrap=True)
 
     def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         wrapped = model
@@ -309,9 +329,10 @@ class Trainer:
         if error:
             raise DateError(error)
 
-    def _checkpoint_to_resume(self) -> ckpt.Found | None:
+    def _checkpoint_to_resume(self, data: RecipeData) -> ckpt.Found | None:
         """The checkpoint this run continues from, or None for a fresh start; refuses a new run
-        into a folder with checkpoints, --resume without one, and another plan's checkpoint."""
+        into a folder with checkpoints, --resume without one, and another plan's checkpoint. A
+        measured ramp takes on the moves up its checkpoint's run had made."""
         cfg = self.config
         wanted = cfg.resume or self.restart > 0
         found = ckpt.newest_valid(self.folder) if not cfg.dry_run else None
@@ -329,10 +350,34 @@ class Trainer:
                 raise DateError(f"--resume: no checkpoint in {self.folder.checkpoint_dir}; run "
                                 "without --resume to start from the beginning.")
             return None
+        if self._follows_noise() and (changes := _ramp_changes(found.payload["plan"])):
+            with contextlib.suppress(ValueError):  # changes of another plan: refused below
+                self._replan(data, changes)
         mismatch = self._mismatch(found)
         if mismatch and not cfg.force_replan:
             raise ckpt.refuse(found.path, mismatch)
         return found
+
+    def _replan(self, data: RecipeData, changes: tuple[Change, ...]) -> None:
+        """Train on with the plan of a measured ramp that made ``changes``."""
+        self.planned = self._resolve(data, changes)
+        self.plan = self.planned.plan
+
+    def _climb(self, step: int) -> Change | None:
+        """A measured ramp, after ``step``: the move up to the largest rung the run's noise scale
+        has passed, from step + 1 on (None to stay, or where the plan moves there anyway). Every
+        process decides alike: the noise scale comes from the step's all-reduce."""
+        plan = self.plan
+        if not self._follows_noise() or self.noise is None or not self.noise.settled \
+                or step >= plan.total_iterations:
+            return None
+        rungs = ladder(plan.target_batch, plan.baseline_batch, self.split.world_size)
+        scale = self.noise.scale
+        rung = climb(rungs, plan.batch_at(step), scale)
+        following = plan.stage_at(step + 1)
+        if rung is None or (following.first_step == step + 1 and following.batch >= rung):
+            return None
+        return Change(step + 1, rung, scale)
 
     def _mismatch(self, found: ckpt.Found) -> str | None:
         payload, planned = found.payload, RunPlan(self.plan, self.split).to_dict()
@@ -386,15 +431,22 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
 
+    def _last(self) -> int:
+        """The run's last optimizer step (a measured ramp moves it with every change)."""
+        return DRY_RUN_STEPS if self.config.dry_run else self.plan.total_iterations
+
+    def _stop_at(self) -> int:
+        """The step this attempt stops after: the last, or --max-steps."""
+        last, most = self._last(), self.config.max_steps
+        return min(last, most) if most else last
+
     def _train(self, steps: StepRunner, data: RecipeData, point: ResumePoint) -> RunSummary | None:
         cfg, train = self.config, self.spec.train
-        last = DRY_RUN_STEPS if cfg.dry_run else self.plan.total_iterations
-        stop_at = min(last, cfg.max_steps) if cfg.max_steps else last
         log = RunLogger(
             self.rt,
             self.console,
             self.folder,
-            total_steps=last,
+            total_steps=self._last(),
             start=point.step,
             resumed=point.resumed,
             log_every=train.log_every,
@@ -407,14 +459,13 @@ class Trainer:
         policy = ckpt.CheckpointPolicy(
             1 if cfg.dry_run else train.checkpoint_every, train.checkpoint_minutes
         )
-        batches = iter(self._loader(data, point.step, stop_at))
         began, self.done = time.perf_counter(), point.step
-        stopped_by = self._loop(steps, data, batches, log, policy, point.step, stop_at, last)
+        stopped_by = self._loop(steps, data, log, policy, point.step)
         if stopped_by == "non-finite":
             log.close()
             return None
-        step = self.done
-        if stopped_by is None and stop_at < last:
+        step, last = self.done, self._last()
+        if stopped_by is None and self._stop_at() < last:
             stopped_by = "max-steps"
         try:
             path = self._save(step, steps, log)
@@ -447,20 +498,19 @@ class Trainer:
         self,
         steps: StepRunner,
         data: RecipeData,
-        batches: Iterator[Any],
         log: RunLogger,
         policy: ckpt.CheckpointPolicy,
         start: int,
-        stop_at: int,
-        last: int,
     ) -> str | None:
-        """Steps start+1 .. stop_at. Returns what stopped them early ('SIGINT', 'SIGTERM',
+        """Steps start+1 .. the stop. Returns what stopped them early ('SIGINT', 'SIGTERM',
         'non-finite') or None."""
         rt, train = self.rt, self.spec.train
         stop, saved, rng_before, step = _StopRequest(), start, None, start
+        batches: Iterator[Any] = iter(self._loader(data, start, self._stop_at()))
         steps.model.train()
         try:
-            for step in range(start + 1, stop_at + 1):
+            while step < self._stop_at():
+                step += 1
                 # the random state after step - 1, for a checkpoint of it written on the way out
                 rng_before = ckpt.capture_rng(numpy=False) if not rt.distributed else None
                 lr = set_lr(steps.optimizer, self.plan, step)
@@ -469,9 +519,11 @@ class Trainer:
                 stage = self.plan.stage_at(step)
                 if stage is not None and step == stage.first_step > 1 and rt.is_main \
                         and not self.config.dry_run:
+                    why = (f"the measured noise scale reached {stage.noise_at_start:,.0f}"
+                           if stage.measured else "where the plan puts it")
                     self.console.print(note_line(
-                        f"step {step}: the batch grows to {split.batch} (ramp; LR "
-                        f"{lr:.5g})"), soft_wrap=True)
+                        f"step {step}: the batch grows to {split.batch} ({why}; LR {lr:.5g}; "
+                        f"{self.plan.total_iterations} steps in all)"), soft_wrap=True)
                 loss = steps.forward_backward(batches)
                 grad_norm = steps.unscale_and_clip(train.grad_clip, log.is_logging(step))
                 out_of_time = self._out_of_time(log)
@@ -489,11 +541,18 @@ class Trainer:
                 self.done = step
                 log.after_step(step, lr, loss, grad_norm, steps.optimizer,
                                self._measured(verdict, split))
-                if train.eval_every and step % train.eval_every == 0 and step != last:
+                if (change := self._climb(step)) is not None:
+                    self._replan(data, self.plan.ramp_changes + (change,))
+                    log.retotal(self._last())
+                    if rt.is_main:
+                        self.folder.write_plan(self.planned)
+                    del batches  # the old loader's workers go; the stream goes on where it was
+                    batches = iter(self._loader(data, step, self._stop_at()))
+                if train.eval_every and step % train.eval_every == 0 and step != self._last():
                     self._evaluate(steps.model, data, step, log)
                 if verdict.stop:
                     return stop.signal or ("time-limit" if out_of_time else "signal")
-                if step != stop_at and policy.due(step, verdict.save):
+                if step != self._stop_at() and policy.due(step, verdict.save):
                     self._save(step, steps, log)
                     saved = step
                     policy.saved()
@@ -665,6 +724,15 @@ class Trainer:
 
             run_curves(self.folder.read_metrics(), self.recipe.metric_name,
                        self.folder.curves_path, self.plan)
+
+
+def _ramp_changes(saved_plan: dict[str, Any]) -> tuple[Change, ...]:
+    """The moves up a measured ramp the run that wrote ``saved_plan`` had made (none if it is not
+    a plan this version reads)."""
+    try:
+        return RunPlan.from_dict(saved_plan).plan.ramp_changes
+    except (KeyError, TypeError, ValueError):
+        return ()
 
 
 def stream_sizes(planned: RunPlan, start: int, stop_at: int) -> list[tuple[int, int]]:

@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from date_engine.catalog import step_path
-from date_engine.plan import BatchSplit, Plan, fmt, stage_split
+from date_engine.plan import BatchSplit, Plan, RunPlan, fmt
 from date_engine.view.chart import Series, line_chart
 
 __all__ = ["describe_optimizer", "describe_split", "render_comparison", "render_plan",
@@ -151,24 +151,37 @@ def _ramp_table(plan: Plan, split: BatchSplit) -> list[RenderableType]:
     """budget ramp: each stage's steps, epochs, batch split, peak LR and optimizer options."""
     if not plan.ramp:
         return []
+    measured = plan.ramp_mode == "measured"
     table = Table(title="Batch ramp (each stage's values derived at its batch; B_noise from the "
-                  "probe)", title_justify="left")
+                  + ("probe, or measured in the run (*))" if measured else "probe)"),
+                  title_justify="left")
     for col in ("stage", "steps", "epochs", "batch", "η_j", "optimizer", "B_noise at start"):
         table.add_column(col)
+    run = RunPlan(plan, split)
     for j, st in enumerate(plan.ramp):
         steps = str(st.first_step) if st.steps == 1 else f"{st.first_step}–{st.last_step}"
-        sub = stage_split(split, st.batch)
+        sub = run.split_at(st.first_step)
+        noise = f"{st.noise_at_start:,.0f}{' *' if st.measured else ''}"
         table.add_row(str(j), steps, f"{plan.epoch(st.first_step - 1):.4g}–"
                       f"{plan.epoch(st.last_step):.4g}",
                       f"{st.batch} = {sub.micro_batch} × {sub.world_size} × "
                       f"{sub.accumulation_steps}", _lr(st.peak_lr),
                       ", ".join(f"{k} {_option(v)}" for k, v in st.options.items()),
-                      f"{st.noise_at_start:,.0f}" if st.first_step > 1 else "—")
+                      noise if st.first_step > 1 else "—")
     lines: list[RenderableType] = [table]
+    if measured:
+        lines.append(Text(
+            "date.ramp measured: the run moves up to a larger batch of the ladder once the noise "
+            "scale it measures has reached it — each stage starts there or, at the latest, where "
+            "the table puts it; the same samples in all, fewer steps with every earlier start.",
+            style="dim"))
     if plan.ramp[-1].batch != plan.target_batch:
+        then = (f"; the run goes on to {plan.target_batch:,} if its measured noise scale does"
+                if measured else "")
         lines.append(Text(
             f"note: the probe's noise scale does not reach batch {plan.target_batch:,} within the "
-            f"baseline's progress; the ramp ends at {plan.ramp[-1].batch:,}.", style="yellow"))
+            f"baseline's progress; the planned ramp ends at {plan.ramp[-1].batch:,}{then}.",
+            style="yellow"))
     return lines
 
 

@@ -101,6 +101,10 @@ def run_curves(records: list[dict[str, Any]], metric_name: str, path: Path,
     for ax in axes:
         ax.set_xlabel("optimizer step")
         ax.grid(alpha=0.3)
+        for stage in plan.ramp[1:] if plan is not None else ():  # a batch ramp's changes
+            ax.axvline(stage.first_step, color="gray", alpha=0.5, linewidth=0.8, linestyle="--")
+    if plan is not None and plan.ramp:
+        axes[0].set_title("training loss (dashed: the batch grows)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -114,6 +118,8 @@ FIGURES = {
     "time_to_target.png": "training time and optimizer steps to the baseline's accuracy, by scheme",
     "lr_curves.png": "the learning-rate schedules the cells ran, against epochs",
     "loss_curves.png": "training loss against epochs (first seed)",
+    "metric_vs_steps.png": "the metric against optimizer steps at each batch, per scheme (first "
+                           "seed; dashed: where a batch ramp's batch grows)",
 }
 _COLORS = {
     "baseline": "black",
@@ -140,6 +146,7 @@ def sweep_figures(
         ("time_to_target.png", _time_to_target),
         ("lr_curves.png", _lr_curves),
         ("loss_curves.png", _loss_curves),
+        ("metric_vs_steps.png", _metric_vs_steps),
     ):
         fig = draw(plt, summary, schemes, plan_of)
         if fig is None:
@@ -266,6 +273,39 @@ def _loss_curves(plt, summary, schemes: list[str], plan_of):
         return tuple(zip(*result.losses)) if result.losses else None
 
     return _curves(plt, summary, schemes, curve, "training loss", log=True)
+
+
+def _metric_vs_steps(plt, summary, schemes: list[str], plan_of):
+    """One panel per batch: each scheme's evaluations against optimizer steps (first seed), the
+    baseline's in black, a ramp's batch changes marked on its curve."""
+    batches = sorted({g.batch for g in summary.groups if g.results[0].evals})
+    if not batches:
+        return None
+    fig, axes = _panels(plt, len(batches))
+    base = summary.baseline
+    for ax, batch in zip(axes, batches):
+        if base is not None and base.results[0].evals:
+            steps, _, values = zip(*base.results[0].evals)
+            ax.plot(steps, values, color="black", linewidth=1, label=f"baseline {base.batch}")
+        for s in schemes:
+            group = next((g for g in summary.groups if g.scheme == s and g.batch == batch), None)
+            if group is None or not group.results[0].evals:
+                continue
+            result = group.results[0]
+            steps, _, values = zip(*result.evals)
+            (line,) = ax.plot(steps, values, marker=".", label=s, color=_COLORS.get(s))
+            plan = plan_of(result)
+            for stage in plan.ramp[1:] if plan is not None else ():
+                if stage.first_step <= result.steps:
+                    ax.axvline(stage.first_step, color=line.get_color(), alpha=0.4,
+                               linewidth=0.8, linestyle="--")
+        ax.set_title(f"batch {batch}")
+        ax.set_xscale("log")
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel(summary.metric_name)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return fig
 
 
 def _curves(plt, summary, schemes: list[str], curve, ylabel: str, log: bool):

@@ -43,6 +43,10 @@ class ProgressView:
         rate = "—" if f["rate"] is None else f"{f['rate']:.0f}"
         return f"epoch {f['epoch']:.2f}  loss {loss}  lr {f['lr']:.3g}  {rate} samples/s"
 
+    def retotal(self, total_steps: int) -> None:
+        if self.live:
+            self.progress.update(self.task, total=total_steps)
+
     def step(self, step: int, **fields: float) -> None:
         self.fields.update(fields)
         if self.live:

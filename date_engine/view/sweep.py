@@ -11,7 +11,7 @@ from rich.live import Live
 from rich.table import Table
 
 from date_engine.sweep.results import CellResult, Group, SweepSummary
-from date_engine.sweep.schemes import BASELINE, SCHEMES
+from date_engine.sweep.schemes import BASELINE, BUDGETS, SCHEMES, split_label
 from date_engine.view.plots import FIGURES
 
 if TYPE_CHECKING:
@@ -80,10 +80,10 @@ def _forecast(summary: SweepSummary, settings: dict[str, Any]) -> list[str]:
 def _results(summary: SweepSummary) -> list[str]:
     base = summary.baseline
     lines = ["## Results", "",
-             "| batch | k | scheme | peak LR | warmup epochs | steps | "
+             "| batch | k | scheme | peak LR | warmup epochs | epochs | steps | "
              f"{summary.metric_name} (mean ± sd, n) | Δ vs baseline | holds | steps to target | "
              "time to target (s) | speedup | training time (s) |",
-             "|---:|---:|---|---:|---:|---:|---|---:|:-:|---:|---:|---:|---:|"]
+             "|---:|---:|---|---:|---:|---:|---:|---|---:|:-:|---:|---:|---:|---:|"]
     lines += [_row(g, base) for g in ([base] if base else []) + summary.groups]
     grids = [g for g in summary.groups if g.tried]
     if grids:
@@ -101,14 +101,19 @@ def _schemes(summary: SweepSummary, settings: dict[str, Any], schemes: list[str]
     lines = ["", "## Schemes", "",
              f"- **baseline**: the spec as written at batch {base.batch if base else '?'}, "
              "per-layer ratios off (the small-batch run the user already has)."]
-    lines += [f"- **{s}**: {SCHEMES[s].summary}." for s in schemes]
-    if settings.get("lr_grid") and any(SCHEMES[s].uses_grid for s in schemes):
+    named = [split_label(s) for s in schemes]
+    lines += [f"- **{n}**: {SCHEMES[n].summary}." for n in dict.fromkeys(n for n, _ in named)]
+    budgets = [b for b in dict.fromkeys(b for _, b in named) if b is not None]
+    lines += [f"- **+{b}**: the budget {b}: {BUDGETS[b]}." for b in budgets]
+    if settings.get("lr_grid") and any(SCHEMES[n].uses_grid for n, _ in named):
         lines.append(f"- LR grid: {', '.join(f'{v:g}' for v in settings['lr_grid'])}.")
-    lines += ["", "Every cell trains for the baseline's epochs; each is evaluated "
+    length = ("Each cell trains for its budget's epochs (the epochs column; steps: the optimizer "
+              "steps it took)" if budgets else "Every cell trains for the baseline's epochs")
+    lines += ["", f"{length}; each is evaluated "
               f"{settings['evals']} times, evenly spaced, and time-to-target is read at the first "
               "evaluation that reaches the target (so it is resolved to a tenth of a run at the "
               "default 10 evaluations). Speedup = the baseline's time to the target / the cell's. "
-              "Training time: the whole run's, the same epochs at every batch. Per-cell numbers: "
+              "Training time: the whole run's. Per-cell numbers: "
               "`results.csv`; everything: `results.json`."]
     return lines
 
@@ -126,6 +131,7 @@ def _row(g: Group, base: Group | None) -> str:
     k = g.batch / base.batch if base else math.nan
     lr = "" if first.peak_lr is None else f"{first.peak_lr:.4g}"
     warm = "" if first.warmup_epochs is None else f"{first.warmup_epochs:.3g}"
+    epochs = f"{first.epochs:.3g}" if first.epochs else ""
     status = {r.status for r in g.results}
     if g.mean is not None:
         metric = _ms(g)
@@ -152,7 +158,8 @@ def _row(g: Group, base: Group | None) -> str:
     name = g.scheme + (f" (lr {g.grid_lr:g})" if g.grid_lr is not None else "")
     train = "" if g.train_s is None else f"{g.train_s:.0f}"
     return (
-        f"| {g.batch} | {k:g} | {name} | {lr} | {warm} | {g.steps} | {metric} | {delta} | "
+        f"| {g.batch} | {k:g} | {name} | {lr} | {warm} | {epochs} | {g.steps} | {metric} | "
+        f"{delta} | "
         f"{holds} | {to_steps} | {to_time} | {speed} | {train} |"
     )
 
