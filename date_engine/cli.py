@@ -433,9 +433,9 @@ EvalsOpt = Annotated[int, typer.Option(
     "--evals", min=1, help="Evaluations per cell, evenly spaced (time-to-accuracy is read at "
     "them).")]
 BudgetsOpt = Annotated[Optional[str], typer.Option(
-    "--budgets", metavar="same-epochs,hold,ramp", help="Train each scheme once per budget "
-    "(date.budget), side by side as scheme+budget; hold and ramp need --probe. Default: the "
-    "spec's budget.")]
+    "--budgets", metavar="same-epochs,hold,ramp,ramp-planned", help="Train each scheme once "
+    "per budget (date.budget; ramp-planned: a ramp with date.ramp planned), side by side as "
+    "scheme+budget; all but same-epochs need --probe. Default: the spec's budget.")]
 ReportOnlyOpt = Annotated[bool, _flag(
     "--report-only", help="Train nothing; write the report from the cells already run.")]
 

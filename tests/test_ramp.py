@@ -297,20 +297,23 @@ def test_date_plan_shows_the_ramp(probe_file):
 
 
 def test_a_sweep_compares_budgets_side_by_side(probe_file, tmp_path):
-    """`date sweep --budgets same-epochs,ramp`: each scheme once per budget, the report's table
+    """`date sweep --budgets same-epochs,ramp,ramp-planned`: each scheme once per budget, the report's table
     with epochs and steps of each, and the metric against optimizer steps."""
     out = tmp_path / "sweep"
     result = date("sweep", SPEC, *SHORT, "--batches", 64, "--schemes", "date", "--budgets",
-                  "same-epochs,ramp", "--probe", probe_file, "--tolerance", "5", "--evals", 4,
+                  "same-epochs,ramp,ramp-planned", "--probe", probe_file, "--tolerance", "5", "--evals", 4,
                   "--jobs", 2, "-o", out)
     assert result.returncode == 0, result.stdout + result.stderr
     cells = {row["scheme"]: row for row in json.loads((out / "results.json").read_text())["cells"]}
-    assert set(cells) == {"baseline", "date+same-epochs", "date+ramp"}
+    assert set(cells) == {"baseline", "date+same-epochs", "date+ramp", "date+ramp-planned"}
     same, ramped = cells["date+same-epochs"], cells["date+ramp"]
     assert same["status"] == ramped["status"] == "done"
     assert same["epochs"] == pytest.approx(10.0, rel=0.01) and ramped["epochs"] > 10.0
     plan = json.loads((out / "cells" / "date+ramp-B64-s0" / "plan.json").read_text())
     assert plan["budget"] == "ramp" and ramped["steps"] == plan["total_iterations"]
+    planned = json.loads((out / "cells" / "date+ramp-planned-B64-s0" / "plan.json").read_text())
+    assert planned["ramp_mode"] == "planned" and not any(s["measured"] for s in planned["ramp"])
+    assert cells["date+ramp-planned"]["steps"] == planned["total_iterations"]
     report = (out / "report.md").read_text()
     assert "| date+ramp |" in report and "| date+same-epochs |" in report
     assert "**+ramp**" in report and "| epochs | steps |" in report

@@ -16,7 +16,7 @@ from date_engine.errors import DateError, PlanError
 from date_engine.plan import RunPlan, resolve_plan
 from date_engine.recipes import Recipe
 from date_engine.spec import Spec, parse_spec
-from date_engine.sweep.schemes import BASELINE, Scheme, baseline, budget_label
+from date_engine.sweep.schemes import BASELINE, Scheme, baseline, budget_label, budget_settings
 
 __all__ = ["Cell", "build_cells", "parse_batches", "parse_lr_grid"]
 
@@ -107,7 +107,7 @@ def build_cells(
     fewest steps it can take (all of it at the batch), as a measured ramp may end early.
     """
     probe = probe or spec.date.probe
-    if budgets and probe is None and set(budgets) & {"hold", "ramp"}:
+    if budgets and probe is None and set(budgets) - {"same-epochs"}:
         raise DateError("--budgets hold and ramp take their epochs from a probe; pass --probe "
                         "<probe.json of the baseline> (date probe SPEC writes one).")
     raw = spec.model_dump(mode="json", exclude_none=True)
@@ -124,7 +124,7 @@ def build_cells(
                     for seed in seeds:
                         cell_raw = scheme.apply(raw, lr)
                         if budget is not None:
-                            cell_raw.setdefault("date", {})["budget"] = budget
+                            cell_raw.setdefault("date", {}).update(budget_settings(budget))
                             if budget != "same-epochs":
                                 cell_raw["date"]["probe"] = probe
                         wanted.append((Cell(budget_label(scheme.name, budget), batch, seed, lr),
