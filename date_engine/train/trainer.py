@@ -231,8 +231,11 @@ class Trainer:
         elif self.split.world_size * self.split.accumulation_steps < 2 \
                 or not self.config.measure_noise:
             return None
-        return NoiseScale(NoiseScale.half_life_for(self._samples_through(
-            self.plan.total_iterations)))
+        if self.plan.ramp:  # the samples its LR spans, whatever moves a measured ramp makes
+            samples = self.plan.total_epochs * self.plan.dataset_size
+        else:
+            samples = self._samples_through(self.plan.total_iterations)
+        return NoiseScale(NoiseScale.half_life_for(samples))
 
     def _split_at(self, step: int) -> BatchSplit:
         """The split of optimizer step ``step``: a ramp stage's, the planned one, or a dry run's."""
