@@ -253,6 +253,8 @@ def test_a_ramped_run_trains_each_stage_at_its_batch(ramped, probe_file):
         in result.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 40 and summary["plan"]["ramp"] == plan["ramp"]
+    assert re.search(r"batch ramp +│ 16 → 32 \(step 7\) → \d+ \(step \d+, measured\)",
+                     result.stdout)
 
 
 @pytest.mark.parametrize("which", ["first", "last"])

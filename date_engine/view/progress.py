@@ -82,6 +82,11 @@ def render_summary(summary: RunSummary, plan: Plan, split: BatchSplit,
         ("checkpoint", "written and read back (a dry run: removed with its temporary folder)"
          if dry_run else summary.checkpoint or "—"),
     ]
+    if plan.ramp and not dry_run:  # the batch ramp the run trained: each change and why
+        rows.insert(5, ("batch ramp", " → ".join(
+            f"{st.batch}" + ("" if st.first_step == 1 else f" (step {st.first_step}"
+                             + (", measured)" if st.measured else ")"))
+            for st in plan.ramp if st.first_step <= max(summary.steps, 1))))
     for row in rows:
         table.add_row(*row)
     return table
