@@ -13,8 +13,11 @@ The critical batch B_crit is where f = 2: same-epoch training at B_crit would ne
 baseline's samples to reach its loss (at B = B_noise one stretch needs twice its minimum, the
 model's own definition). Beyond B_crit, same-epoch training is expected to lose accuracy.
 
-B_noise(e) is a power law a·e^β fitted to the probe's points in log-log space; beyond the
-probed epochs it is extrapolated. Plain Python: ``date plan`` imports no torch.
+B_noise(e) is a power law a·e^β fitted to the probe's points in log-log space, from its lowest
+point on: the noise scale can start high and fall while the model leaves its initialisation (an
+LSTM's does, over its first 0.1–0.4 epochs), a transient a power law of training progress does not
+describe; fitted over it the curve fell through training (β = −1.4 on lstm-mnist). Beyond the probed
+epochs the curve is extrapolated. Plain Python: ``date plan`` imports no torch.
 """
 
 from __future__ import annotations
@@ -46,11 +49,15 @@ class NoiseCurve:
 
     @classmethod
     def fit(cls, points: Sequence[tuple[float, float]]) -> NoiseCurve:
-        """Least squares of log B_noise on log e; needs two points at different epochs with
-        positive values."""
-        usable = [(e, b) for e, b in points if e > 0 and b is not None and b > 0]
+        """Least squares of log B_noise on log e over the points from the lowest B_noise on (all
+        of them when that is the last: a noise scale that only fell); needs two points at
+        different epochs with positive values."""
+        usable = sorted((e, b) for e, b in points if e > 0 and b is not None and b > 0)
         if len({e for e, _ in usable}) < 2:
             raise ValueError("a noise curve needs measurements at two or more epochs")
+        lowest = min(range(len(usable)), key=lambda i: usable[i][1])
+        if len({e for e, _ in usable[lowest:]}) >= 2:
+            usable = usable[lowest:]
         xs, ys = [math.log(e) for e, _ in usable], [math.log(b) for _, b in usable]
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         beta = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)

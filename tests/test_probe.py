@@ -34,6 +34,12 @@ def test_curve_fit_recovers_a_power_law():
     assert (curve.first, curve.last) == (0.25, 2.0)
     with pytest.raises(ValueError):
         NoiseCurve.fit([(1.0, 50.0), (1.0, 60.0), (2.0, None)])
+    # a transient that falls first (an LSTM leaving its initialisation) is left out of the fit
+    falling = [(0.04, 4400.0), (0.12, 1560.0), (0.2, 380.0)] + points
+    assert NoiseCurve.fit(falling).beta == pytest.approx(0.8)
+    assert NoiseCurve.fit(falling).first == 0.25
+    # a noise scale that only falls keeps every point (and a falling curve)
+    assert NoiseCurve.fit([(0.1, 300.0), (0.2, 200.0), (0.4, 100.0)]).beta < 0
 
 
 def test_a_constant_noise_scale_gives_mccandlish_closed_forms():
