@@ -299,12 +299,12 @@ def test_date_plan_shows_the_ramp(probe_file):
 
 
 def test_a_sweep_compares_budgets_side_by_side(probe_file, tmp_path):
-    """`date sweep --budgets same-epochs,ramp,ramp-planned`: each scheme once per budget, the report's table
-    with epochs and steps of each, and the metric against optimizer steps."""
+    """`date sweep --budgets same-epochs,ramp,ramp-planned`: each scheme once per budget, the
+    report's table with epochs and steps of each, and the metric against optimizer steps."""
     out = tmp_path / "sweep"
     result = date("sweep", SPEC, *SHORT, "--batches", 64, "--schemes", "date", "--budgets",
-                  "same-epochs,ramp,ramp-planned", "--probe", probe_file, "--tolerance", "5", "--evals", 4,
-                  "--jobs", 2, "-o", out)
+                  "same-epochs,ramp,ramp-planned", "--probe", probe_file, "--tolerance", "5",
+                  "--evals", 4, "--jobs", 2, "-o", out)
     assert result.returncode == 0, result.stdout + result.stderr
     cells = {row["scheme"]: row for row in json.loads((out / "results.json").read_text())["cells"]}
     assert set(cells) == {"baseline", "date+same-epochs", "date+ramp", "date+ramp-planned"}
