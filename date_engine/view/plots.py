@@ -299,6 +299,14 @@ def _metric_vs_steps(plt, summary, schemes: list[str], plan_of):
                 if stage.first_step <= result.steps:
                     ax.axvline(stage.first_step, color=line.get_color(), alpha=0.4,
                                linewidth=0.8, linestyle="--")
+        if base is not None and base.mean is not None and summary.target is not None:
+            margin = abs(base.mean - summary.target)  # zoom on the tolerance band, not the start
+            low, high = base.mean - 8 * margin, base.mean + 3 * margin
+            if not summary.higher_is_better:
+                low, high = base.mean - 3 * margin, base.mean + 8 * margin
+            ax.set_ylim(low, high)
+            ax.axhspan(min(base.mean, summary.target), max(base.mean, summary.target),
+                       color="black", alpha=0.08)
         ax.set_title(f"batch {batch}")
         ax.set_xscale("log")
         ax.set_xlabel("optimizer step")
