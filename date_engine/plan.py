@@ -515,10 +515,10 @@ def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, n: int,
         raise PlanError(
             "date.budget is ramp, which grows the batch with the noise scale a probe measured; "
             "run date probe SPEC and pass --probe <its probe.json>, or use --budget same-epochs.")
-    b0 = spec.baseline.batch_size
+    b0, measured = spec.baseline.batch_size, spec.date.ramp == "measured"
     rungs = ramp(curve, batch, b0, e0, n, multiple_of)
     samples = rungs[-1].samples_after
-    if spec.date.ramp == "measured":
+    if measured:
         rungs = follow(rungs, changes, samples)
     stages = []
     for rung in rungs:
@@ -527,7 +527,6 @@ def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, n: int,
         _, p, peak = _peak_lr(scratch, spec, k)
         options = _optimizer(scratch, spec, k, p).options
         stages.append(BatchStage(**asdict(rung), scale=k, peak_lr=peak, options=options))
-    measured = spec.date.ramp == "measured"
     d("B_j", "ramp", [st.batch for st in stages], "B / 2^j, from the step where B_noise ≥ B_j",
       f"B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}"
       + (f"; {len(changes)} move(s) measured in the run" if changes else ""),
@@ -700,7 +699,7 @@ def stage_split(split: BatchSplit, batch: int, gradients: int = 1) -> BatchSplit
     share not above it), the rest accumulation; with at least ``gradients`` micro-batch gradients
     per step (processes × accumulation) where the share allows it."""
     share = batch // split.world_size
-    most = min(split.micro_batch, share * split.world_size // gradients or 1)
+    most = min(split.micro_batch, max(1, batch // gradients))  # world · share/micro ≥ gradients
     micro = max(d for d in _divisors(share) if d <= most)
     return BatchSplit(micro, split.world_size, share // micro)
 

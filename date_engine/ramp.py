@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from date_engine.forecast import NoiseCurve, mean_cost
 
-__all__ = ["Change", "Rung", "climb", "follow", "ladder", "ramp"]
+__all__ = ["Change", "Rung", "climb", "follow", "ladder", "move", "ramp"]
 
 
 @dataclass(frozen=True)
@@ -129,8 +129,9 @@ def follow(planned: tuple[Rung, ...], changes: tuple[Change, ...], total_samples
             end, after = due, (above.batch, above.noise_at_start, False)
         else:
             break
-        stages.append(Rung(batch, first, end - first, samples, noise, measured))
-        first, samples = end, samples + (end - first) * batch
+        steps = end - first
+        stages.append(Rung(batch, first, steps, samples, noise, measured))
+        first, samples = end, samples + steps * batch
         batch, noise, measured = after
     steps = max(1, math.ceil((total_samples - samples) / batch))
     stages.append(Rung(batch, first, steps, samples, noise, measured))
@@ -144,6 +145,22 @@ def climb(rungs: list[int], batch: int, noise: float | None) -> int | None:
         return None
     reached = [r for r in rungs if batch < r <= noise]
     return reached[-1] if reached else None
+
+
+def move(stages: tuple[Rung, ...], rungs: list[int], step: int, noise: float | None
+         ) -> Change | None:
+    """The move a measured ramp makes after optimizer step ``step`` of its ``stages`` (the plan
+    so far) with the measured noise scale ``noise``: up to the largest rung of ``rungs`` it has
+    reached, from step + 1 on; None to stay, at the last step, or where the plan's next stage
+    already starts at step + 1 with a batch as large."""
+    if step >= stages[-1].last_step:
+        return None
+    current = next(s for s in stages if step <= s.last_step)
+    rung = climb(rungs, current.batch, noise)
+    following = next(s for s in stages if step + 1 <= s.last_step)
+    if rung is None or (following.first_step == step + 1 and following.batch >= rung):
+        return None
+    return Change(step + 1, rung, noise)
 
 
 def _progress_at(curve: NoiseCurve, noise: float) -> float:

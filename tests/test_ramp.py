@@ -16,7 +16,7 @@ from date_engine.forecast import NoiseCurve
 from date_engine.noise import NoiseScale
 from date_engine.plan import BatchSplit, RunPlan, derive_plan, split_batch, stage_split
 from date_engine.probe import NoisePoint, Probe, baseline_identity
-from date_engine.ramp import Change, climb, follow, ladder, ramp
+from date_engine.ramp import Change, climb, follow, ladder, move, ramp
 from date_engine.spec import parse_spec
 from date_engine.train.sampling import MicroBatchSampler
 from date_engine.train.trainer import stream_sizes
@@ -121,6 +121,18 @@ def test_climb_takes_the_largest_rung_the_noise_has_reached():
     for _ in range(8):
         noise.update(4.0, 2.0, 64, 128)
     assert noise.settled
+
+
+def test_a_run_moves_where_its_noise_scale_passes_a_rung_the_plan_has_not_reached():
+    planned = ramp(RISING, 4096, 128, 10.0, 60000)
+    rungs = ladder(4096, 128)
+    assert move(planned, rungs, 50, 600.0) == Change(51, 512, 600.0)
+    assert move(planned, rungs, 50, 200.0) is None  # below the next rung: stay
+    # where the plan moves at the next step anyway, only a larger batch is a move
+    before = planned[1].first_step - 1
+    assert move(planned, rungs, before, 300.0) is None
+    assert move(planned, rungs, before, 1100.0) == Change(before + 1, 1024, 1100.0)
+    assert move(planned, rungs, planned[-1].last_step, 1e9) is None  # the run's last step
 
 
 def test_a_measured_plan_is_the_plan_of_its_moves():

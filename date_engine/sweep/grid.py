@@ -16,7 +16,7 @@ from date_engine.errors import DateError, PlanError
 from date_engine.plan import RunPlan, resolve_plan
 from date_engine.recipes import Recipe
 from date_engine.spec import Spec, parse_spec
-from date_engine.sweep.schemes import BASELINE, Scheme, baseline, budget_label, budget_settings
+from date_engine.sweep.schemes import BASELINE, BUDGETS, Scheme, baseline, budget_label
 
 __all__ = ["Cell", "build_cells", "parse_batches", "parse_lr_grid"]
 
@@ -124,7 +124,7 @@ def build_cells(
                     for seed in seeds:
                         cell_raw = scheme.apply(raw, lr)
                         if budget is not None:
-                            cell_raw.setdefault("date", {}).update(budget_settings(budget))
+                            cell_raw.setdefault("date", {}).update(BUDGETS[budget][0])
                             if budget != "same-epochs":
                                 cell_raw["date"]["probe"] = probe
                         wanted.append((Cell(budget_label(scheme.name, budget), batch, seed, lr),

@@ -31,7 +31,6 @@ from date_engine.errors import DateError
 from date_engine.spec import Spec, parse_spec
 
 __all__ = ["BASELINE", "BUDGETS", "DEFAULT_LR_GRID", "SCHEMES", "Scheme", "budget_label",
-           "budget_settings",
            "parse_budgets", "parse_schemes", "scheme_spec", "split_label"]
 
 Raw = dict[str, Any]
@@ -142,21 +141,19 @@ def parse_schemes(text: str) -> list[Scheme]:
     return [SCHEMES[n] for n in dict.fromkeys(names)]
 
 
-BUDGETS = {
-    "same-epochs": "the baseline's epochs at the batch (k× fewer steps)",
-    "hold": "the epochs the probe forecasts the batch needs for the baseline's loss",
-    "ramp": "a batch that doubles from B0 up to the batch as the noise scale the run measures "
-            "grows (date.ramp: measured)",
-    "ramp-planned": "the batch ramp where the probe's curve puts each rung (date.ramp: planned)",
+BUDGETS: dict[str, tuple[Raw, str]] = {
+    "same-epochs": ({"budget": "same-epochs"},
+                    "the baseline's epochs at the batch (k× fewer steps)"),
+    "hold": ({"budget": "hold"},
+             "the epochs the probe forecasts the batch needs for the baseline's loss"),
+    "ramp": ({"budget": "ramp", "ramp": "measured"},
+             "a batch that doubles from B0 up to the batch as the noise scale the run measures "
+             "grows (date.ramp: measured)"),
+    "ramp-planned": ({"budget": "ramp", "ramp": "planned"},
+                     "the batch ramp where the probe's curve puts each rung (date.ramp: planned)"),
 }
-"""The budgets ``date sweep --budgets`` compares (``date.budget``, docs/noise.md)."""
-
-
-def budget_settings(budget: str) -> Raw:
-    """The ``date`` settings of a budget of :data:`BUDGETS`."""
-    if budget == "ramp-planned":
-        return {"budget": "ramp", "ramp": "planned"}
-    return {"budget": budget, **({"ramp": "measured"} if budget == "ramp" else {})}
+"""The budgets ``date sweep --budgets`` compares: each one's ``date`` settings (docs/noise.md)
+and what it trains."""
 
 
 def parse_budgets(text: str) -> list[str]:

@@ -32,7 +32,7 @@ from date_engine.errors import DataMissing, DateError
 from date_engine.noise import NoiseEstimate, NoiseScale
 from date_engine.optim.build import build_optimizer
 from date_engine.plan import BatchSplit, RunPlan, resolve_plan
-from date_engine.ramp import Change, climb, ladder
+from date_engine.ramp import Change, ladder, move
 from date_engine.recipes import DataOptions, RecipeData, get_recipe
 from date_engine.runfolder import RunFolder, RunLock, RunSummary
 from date_engine.schedule import set_lr
@@ -195,7 +195,7 @@ class Trainer:
             dataset_size=len(data.train),
             ramp_changes=changes,
         )
-        if changes:
+        if changes:  # a re-derivation during the run: the data was checked and noted at its start
             return planned
         n, source = planned.plan.dataset_size, planned.plan.dataset_size_source
         held = len(data.train)
@@ -231,11 +231,9 @@ class Trainer:
         elif self.split.world_size * self.split.accumulation_steps < 2 \
                 or not self.config.measure_noise:
             return None
-        if self.plan.ramp:  # the samples its LR spans, whatever moves a measured ramp makes
-            samples = self.plan.total_epochs * self.plan.dataset_size
-        else:
-            samples = self._samples_through(self.plan.total_iterations)
-        return NoiseScale(NoiseScale.half_life_for(samples))
+        # the plan's samples: what a ramp's LR spans, whatever moves a measured one makes
+        return NoiseScale(NoiseScale.half_life_for(
+            self.plan.total_epochs * self.plan.dataset_size))
 
     def _split_at(self, step: int) -> BatchSplit:
         """The split of optimizer step ``step``: a ramp stage's, the planned one, or a dry run's."""
@@ -370,17 +368,11 @@ class Trainer:
         """A measured ramp, after ``step``: the move up to the largest rung the run's noise scale
         has passed, from step + 1 on (None to stay, or where the plan moves there anyway). Every
         process decides alike: the noise scale comes from the step's all-reduce."""
-        plan = self.plan
-        if not self._follows_noise() or self.noise is None or not self.noise.settled \
-                or step >= plan.total_iterations:
+        if not self._follows_noise() or self.noise is None or not self.noise.settled:
             return None
+        plan = self.plan  # its rungs are those derive_plan laddered, multiples of the processes
         rungs = ladder(plan.target_batch, plan.baseline_batch, self.split.world_size)
-        scale = self.noise.scale
-        rung = climb(rungs, plan.batch_at(step), scale)
-        following = plan.stage_at(step + 1)
-        if rung is None or (following.first_step == step + 1 and following.batch >= rung):
-            return None
-        return Change(step + 1, rung, scale)
+        return move(plan.ramp, rungs, step, self.noise.scale)
 
     def _mismatch(self, found: ckpt.Found) -> str | None:
         payload, planned = found.payload, RunPlan(self.plan, self.split).to_dict()

@@ -104,7 +104,7 @@ def _schemes(summary: SweepSummary, settings: dict[str, Any], schemes: list[str]
     named = [split_label(s) for s in schemes]
     lines += [f"- **{n}**: {SCHEMES[n].summary}." for n in dict.fromkeys(n for n, _ in named)]
     budgets = [b for b in dict.fromkeys(b for _, b in named) if b is not None]
-    lines += [f"- **+{b}**: the budget {b}: {BUDGETS[b]}." for b in budgets]
+    lines += [f"- **+{b}**: the budget {b}: {BUDGETS[b][1]}." for b in budgets]
     if settings.get("lr_grid") and any(SCHEMES[n].uses_grid for n, _ in named):
         lines.append(f"- LR grid: {', '.join(f'{v:g}' for v in settings['lr_grid'])}.")
     length = ("Each cell trains for its budget's epochs (the epochs column; steps: the optimizer "
