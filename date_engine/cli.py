@@ -66,7 +66,8 @@ ProbeOpt = Annotated[Optional[Path], _opt(
 BudgetOpt = Annotated[Optional[str], _opt(
     "--budget", metavar="same-epochs|hold|ramp", help="same-epochs: the baseline's epochs "
     "(default); hold: the epochs the probe forecasts to reach the baseline's loss; ramp: a batch "
-    "that doubles up to --batch as the probe's noise scale grows (sets date.budget).")]
+    "that doubles up to --batch as the noise scale grows, as the run measures it unless "
+    "date.ramp is planned (sets date.budget).")]
 
 
 @contextmanager
