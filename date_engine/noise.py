@@ -73,6 +73,9 @@ class NoiseScale:
     HALF_LIFE_SHARE = 0.01
     """The default half-life, as a share of the run's samples."""
 
+    RISE = 2.0
+    """:attr:`risen`: how far above its lowest settled value the noise scale must be."""
+
     @classmethod
     def half_life_for(cls, run_samples: int) -> float:
         """The half-life of a run of ``run_samples`` samples in all."""
@@ -85,6 +88,7 @@ class NoiseScale:
         self._sums = [0.0, 0.0]  # the biased averages of |G|² and tr(Σ)
         self._weight = 0.0  # 1 − Π decay: divides the biased averages
         self.steps = 0
+        self.lowest: float | None = None  # the lowest settled noise scale so far
 
     def decay(self, batch: int) -> float:
         return max(0.5 ** (batch / self.half_life), 1.0 - 1.0 / self.min_steps)
@@ -100,6 +104,8 @@ class NoiseScale:
                       beta * self._sums[1] + (1 - beta) * trace]
         self._weight = beta * self._weight + (1 - beta)
         self.steps += 1
+        if self.settled and (scale := self.scale) is not None:
+            self.lowest = scale if self.lowest is None else min(self.lowest, scale)
         return True
 
     @property
@@ -115,14 +121,23 @@ class NoiseScale:
         return self._weight >= 0.5
 
     @property
+    def risen(self) -> bool:
+        """Settled, and at least :attr:`RISE` times the lowest settled noise scale so far: the
+        noise scale is growing, not falling from a high start (a measured ramp moves only then)."""
+        scale = self.scale
+        return (self.settled and scale is not None and self.lowest is not None
+                and scale >= self.RISE * self.lowest)
+
+    @property
     def scale(self) -> float | None:
         estimate = self.estimate
         return estimate.scale if estimate is not None else None
 
     def state_dict(self) -> dict[str, Any]:
         return {"sums": list(self._sums), "weight": self._weight, "steps": self.steps,
-                "half_life": self.half_life, "min_steps": self.min_steps}
+                "half_life": self.half_life, "min_steps": self.min_steps, "lowest": self.lowest}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._sums = [float(v) for v in state["sums"]]
         self._weight, self.steps = float(state["weight"]), int(state["steps"])
+        self.lowest = state.get("lowest")  # absent from checkpoints written before it

@@ -165,6 +165,8 @@ class Plan:
     ramp_mode: Literal["measured", "planned"] = "measured"
     """budget ramp: measured — the run moves up a rung once its own noise scale passes it (the
     planned start is the latest); planned — the rungs start where the probe's curve puts them."""
+    ramp_reach: float = 1.0
+    """budget ramp: ρ, a rung B_j is reached once the noise scale is B_j / ρ."""
 
     @property
     def ramp_changes(self) -> tuple[Change, ...]:
@@ -500,7 +502,7 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         total_iterations=total_iterations, total_epochs=total_epochs, lr_floor=date.lr_floor,
         max_legw_batch=max_batch, optimizer=optimizer, derivations=tuple(d.rows),
         budget=date.budget, noise_curve=noise_curve, forecast=ahead, ramp=stages,
-        ramp_mode=date.ramp,
+        ramp_mode=date.ramp, ramp_reach=date.ramp_reach,
     )
 
 
@@ -516,7 +518,8 @@ def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, n: int,
             "date.budget is ramp, which grows the batch with the noise scale a probe measured; "
             "run date probe SPEC and pass --probe <its probe.json>, or use --budget same-epochs.")
     b0, measured = spec.baseline.batch_size, spec.date.ramp == "measured"
-    rungs = ramp(curve, batch, b0, e0, n, multiple_of)
+    reach = spec.date.ramp_reach
+    rungs = ramp(curve, batch, b0, e0, n, multiple_of, reach)
     samples = rungs[-1].samples_after
     if measured:
         rungs = follow(rungs, changes, samples)
@@ -527,11 +530,12 @@ def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, n: int,
         _, p, peak = _peak_lr(scratch, spec, k)
         options = _optimizer(scratch, spec, k, p).options
         stages.append(BatchStage(**asdict(rung), scale=k, peak_lr=peak, options=options))
-    d("B_j", "ramp", [st.batch for st in stages], "B / 2^j, from the step where B_noise ≥ B_j",
-      f"B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}"
+    d("B_j", "ramp", [st.batch for st in stages], "B / 2^j, from the step where B_noise ≥ B_j / ρ",
+      f"B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}, ρ = {fmt(reach)}"
       + (f"; {len(changes)} move(s) measured in the run" if changes else ""),
       "the batch grows as the measured noise scale does (docs/noise.md)"
-      + ("; measured: up a rung once the run's own noise scale passes it, at the latest here"
+      + ("; measured: up a rung once the run's own noise scale, risen from its lowest, passes "
+         "B_j / ρ; at the latest here"
          if measured else ""))
     return tuple(stages), samples
 

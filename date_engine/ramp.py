@@ -1,10 +1,11 @@
 """A batch that grows with the measured gradient noise scale (``date.budget: ramp``).
 
 The global batch climbs a ladder of rungs B/2^j (the target B halved while the result is a whole
-multiple of the processes and not below the baseline's B0). Training moves up to the next rung
-once the noise scale the probe measured reaches it — a batch no larger than B_noise is one that
-costs at most twice the fewest samples of that stretch of training (McCandlish et al. 2018, the
-model of :mod:`date_engine.forecast`) — and stays at B once there.
+multiple of the processes and not below the baseline's B0). Training moves up to rung B_j once
+the noise scale reaches B_j/ρ (``date.ramp_reach``) and stays at B once there. A batch b costs a
+stretch of training (1 + b/B_noise) times its fewest samples and (1 + B_noise/b) times its fewest
+steps (McCandlish et al. 2018, the model of :mod:`date_engine.forecast`): ρ = 1 keeps every
+stretch within 2× its fewest samples, ρ = 2 within 3× for at most 1.5× its fewest steps.
 
 The noise curve B_noise(e) is a function of the baseline's progress e (its epochs). A stretch de
 of that progress costs a run at batch b de·(B_noise(e) + b)/(B_noise(e) + B0) epochs; so the
@@ -19,7 +20,10 @@ A probe's curve is fitted to the first part of training and extrapolated; where 
 noise scale of the full run, the planned rungs come late. ``date.ramp: measured`` (the default)
 lets the run decide: after each step the trainer reads the noise scale it measures itself and,
 once it has passed a higher rung, moves there (:func:`climb`); the planned start of a rung is the
-latest it begins. The plan of such a run is :func:`follow` of the planned rungs and the changes
+latest it begins. It reads the noise scale only once it has risen to twice its lowest settled
+value (:attr:`date_engine.noise.NoiseScale.risen`): early in training the measured noise of some
+models (an LSTM's) starts high and falls before it rises, and a move on that transient put a
+batch of 2048 at 0.1 epochs (docs/noise.md). The plan of such a run is :func:`follow` of the planned rungs and the changes
 measured so far: the same samples in all (the LR's shape is a function of samples), fewer steps
 with every early change. Plain Python: ``date plan`` imports no torch.
 """
@@ -71,13 +75,14 @@ def ladder(target: int, baseline: int, multiple_of: int = 1) -> list[int]:
 
 
 def ramp(curve: NoiseCurve, target: int, baseline: int, baseline_epochs: float,
-         dataset_size: int, multiple_of: int = 1) -> tuple[Rung, ...]:
+         dataset_size: int, multiple_of: int = 1, reach: float = 1.0) -> tuple[Rung, ...]:
     """The ramp to ``target`` for a baseline of ``baseline_epochs`` epochs at batch ``baseline``
-    on ``dataset_size`` samples per epoch; a rung the noise never reaches within the baseline's
-    progress is left out (the ramp then ends below the target)."""
+    on ``dataset_size`` samples per epoch, each rung from where the noise scale reaches rung /
+    ``reach``; a rung the noise never reaches within the baseline's progress is left out (the
+    ramp then ends below the target)."""
     rungs = ladder(target, baseline, multiple_of)
-    # the progress e_j at which each rung becomes useful: B_noise(e_j) = rung (B_noise rises)
-    starts = [0.0] + [_progress_at(curve, b) for b in rungs[1:]]
+    # the progress e_j at which each rung becomes useful: B_noise(e_j) = rung/ρ (B_noise rises)
+    starts = [0.0] + [_progress_at(curve, b / reach) for b in rungs[1:]]
     kept = [(b, e) for b, e in zip(rungs, starts) if e < baseline_epochs]
     # a rung the next one starts with (the noise already past both) is skipped
     kept = [(b, e) for i, (b, e) in enumerate(kept) if i + 1 == len(kept) or kept[i + 1][1] > e]
@@ -138,25 +143,25 @@ def follow(planned: tuple[Rung, ...], changes: tuple[Change, ...], total_samples
     return tuple(stages)
 
 
-def climb(rungs: list[int], batch: int, noise: float | None) -> int | None:
+def climb(rungs: list[int], batch: int, noise: float | None, reach: float = 1.0) -> int | None:
     """The rung a run at ``batch`` moves to once its measured noise scale is ``noise``: the
-    largest rung above ``batch`` the noise has reached; None to stay."""
+    largest rung above ``batch`` that ``reach`` times the noise has reached; None to stay."""
     if noise is None or not math.isfinite(noise):
         return None
-    reached = [r for r in rungs if batch < r <= noise]
+    reached = [r for r in rungs if batch < r <= reach * noise]
     return reached[-1] if reached else None
 
 
-def move(stages: tuple[Rung, ...], rungs: list[int], step: int, noise: float | None
-         ) -> Change | None:
+def move(stages: tuple[Rung, ...], rungs: list[int], step: int, noise: float | None,
+         reach: float = 1.0) -> Change | None:
     """The move a measured ramp makes after optimizer step ``step`` of its ``stages`` (the plan
     so far) with the measured noise scale ``noise``: up to the largest rung of ``rungs`` it has
-    reached, from step + 1 on; None to stay, at the last step, or where the plan's next stage
+    reached (:func:`climb`), from step + 1 on; None to stay, at the last step, or where the plan's next stage
     already starts at step + 1 with a batch as large."""
     if step >= stages[-1].last_step:
         return None
     current = next(s for s in stages if step <= s.last_step)
-    rung = climb(rungs, current.batch, noise)
+    rung = climb(rungs, current.batch, noise, reach)
     following = next(s for s in stages if step + 1 <= s.last_step)
     if rung is None or (following.first_step == step + 1 and following.batch >= rung):
         return None

@@ -243,6 +243,10 @@ class DateSpec(_Section):
     has passed it (the probe's forecast start is the latest); planned — where the probe's curve
     puts each rung. measured needs two or more gradients per step (processes × accumulation
     steps); the trainer splits a ramp's stages so that they have them."""
+    ramp_reach: float = Field(default=1.0, gt=0.0, le=64.0)
+    """budget ramp: ρ — a rung B_j is reached once the noise scale is B_j / ρ (1: the batch
+    never passes the noise scale, each stretch costs at most 2× its fewest samples; 2: up to
+    twice it, at most 3× the samples, fewer steps; docs/noise.md)."""
     probe: str | None = Field(default=None, min_length=1)
     """probe.json written by ``date probe`` for this baseline (a path from the directory date
     runs in): the plan then forecasts what holding accuracy costs at the target batch."""

@@ -367,12 +367,13 @@ class Trainer:
     def _climb(self, step: int) -> Change | None:
         """A measured ramp, after ``step``: the move up to the largest rung the run's noise scale
         has passed, from step + 1 on (None to stay, or where the plan moves there anyway). Every
-        process decides alike: the noise scale comes from the step's all-reduce."""
-        if not self._follows_noise() or self.noise is None or not self.noise.settled:
+        process decides alike: the noise scale comes from the step's all-reduce. It moves only
+        on a noise scale that has risen from its lowest (docs/noise.md)."""
+        if not self._follows_noise() or self.noise is None or not self.noise.risen:
             return None
         plan = self.plan  # its rungs are those derive_plan laddered, multiples of the processes
         rungs = ladder(plan.target_batch, plan.baseline_batch, self.split.world_size)
-        return move(plan.ramp, rungs, step, self.noise.scale)
+        return move(plan.ramp, rungs, step, self.noise.scale, plan.ramp_reach)
 
     def _mismatch(self, found: ckpt.Found) -> str | None:
         payload, planned = found.payload, RunPlan(self.plan, self.split).to_dict()
