@@ -23,9 +23,10 @@ once it has passed a higher rung, moves there (:func:`climb`); the planned start
 latest it begins. It reads the noise scale only once it has risen to twice its lowest settled
 value (:attr:`date_engine.noise.NoiseScale.risen`): early in training the measured noise of some
 models (an LSTM's) starts high and falls before it rises, and a move on that transient put a
-batch of 2048 at 0.1 epochs (docs/noise.md). The plan of such a run is :func:`follow` of the planned rungs and the changes
-measured so far: the same samples in all (the LR's shape is a function of samples), fewer steps
-with every early change. Plain Python: ``date plan`` imports no torch.
+batch of 2048 at 0.1 epochs (docs/noise.md). The plan of such a run is :func:`follow` of the
+planned rungs and the changes measured so far: the same samples in all (the LR's shape is a
+function of samples), fewer steps with every early change. Plain Python: ``date plan`` imports
+no torch.
 """
 
 from __future__ import annotations
@@ -156,8 +157,8 @@ def move(stages: tuple[Rung, ...], rungs: list[int], step: int, noise: float | N
          reach: float = 1.0) -> Change | None:
     """The move a measured ramp makes after optimizer step ``step`` of its ``stages`` (the plan
     so far) with the measured noise scale ``noise``: up to the largest rung of ``rungs`` it has
-    reached (:func:`climb`), from step + 1 on; None to stay, at the last step, or where the plan's next stage
-    already starts at step + 1 with a batch as large."""
+    reached (:func:`climb`), from step + 1 on; None to stay, at the last step, or where the
+    plan's next stage already starts at step + 1 with a batch as large."""
     if step >= stages[-1].last_step:
         return None
     current = next(s for s in stages if step <= s.last_step)
