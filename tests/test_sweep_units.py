@@ -280,3 +280,13 @@ def test_a_batch_can_hold_on_the_mean_while_a_seed_misses_the_target():
         "target "
         "(1 of 2 seeds reached it)"
     )
+
+
+def test_cells_that_do_not_ramp_leave_the_ramps_settings_out():
+    """A sweep that varies only a ramp's settings (--set date.ramp_reach=2) shares its baseline
+    and same-epochs cells with one that did not: their specs are the same text."""
+    reach = {**BASE, "date": {**BASE["date"], "ramp_reach": 2.0, "ramp": "planned"}}
+    plain, varied = cells_of(BASE, "64", "date"), cells_of(reach, "64", "date")
+    for a, b in zip(plain, varied):
+        assert a.cell == b.cell and a.spec == b.spec
+        assert "ramp_reach" not in a.spec["date"] and "ramp" not in a.spec["date"]

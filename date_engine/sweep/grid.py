@@ -132,6 +132,9 @@ def build_cells(
     planned = []
     for cell, cell_raw in wanted:
         cell_raw.setdefault("train", {})["seed"] = cell.seed
+        if cell_raw.get("date", {}).get("budget", "same-epochs") != "ramp":
+            for key in RAMP_ONLY:  # unused: sweeps that differ only there share the cell
+                cell_raw.get("date", {}).pop(key, None)
         cell_spec = parse_spec(cell_raw, source=f"sweep cell {cell.name}")
         try:
             run_plan = resolve_plan(cell_spec, cell.batch, world_size, recipe=recipe)
@@ -146,6 +149,11 @@ def build_cells(
         train["log_every"] = max(1, round(steps / LOG_LINES))
         planned.append(PlannedCell(cell, cell_raw, run_plan))
     return planned
+
+
+RAMP_ONLY = ("ramp", "ramp_reach")
+"""date settings only a ramp reads: left out of other cells' specs, so that a sweep that varies
+them (--set date.ramp_reach=2) finds the baseline's cells of one that did not as finished."""
 
 
 def _what(cell: Cell) -> str:
