@@ -52,6 +52,17 @@ class NoiseEstimate:
     """|G|², the squared norm of the true gradient."""
     trace: float
     """tr(Σ), the summed per-sample gradient variance."""
+    grad_sq_error: float | None = None
+    """The standard error of ``grad_sq``, from the spread of the steps' estimates the average
+    weighs (None where not tracked)."""
+
+    @property
+    def significance(self) -> float:
+        """|G|² over its standard error: how clearly the averaged steps show a true gradient
+        through the noise (infinite where the error is not tracked or is 0)."""
+        if self.grad_sq_error is None or self.grad_sq_error <= 0:
+            return math.inf
+        return self.grad_sq / self.grad_sq_error
 
     @property
     def scale(self) -> float | None:
@@ -74,7 +85,9 @@ class NoiseScale:
     """The default half-life, as a share of the run's samples."""
 
     RISE = 2.0
-    """:attr:`risen`: how far above its lowest settled value the noise scale must be."""
+    """:attr:`risen`: how far above its lowest measurable value the noise scale must be."""
+    SIGNIFICANCE = 3.0
+    """:attr:`measurable`: how many standard errors |G|² must stand above 0."""
 
     @classmethod
     def half_life_for(cls, run_samples: int) -> float:
@@ -87,8 +100,10 @@ class NoiseScale:
         self.half_life, self.min_steps = float(half_life), float(min_steps)
         self._sums = [0.0, 0.0]  # the biased averages of |G|² and tr(Σ)
         self._weight = 0.0  # 1 − Π decay: divides the biased averages
+        self._square = 0.0  # the biased average of the squared |G|² estimates
+        self._weight_sq = 0.0  # Σ of the squared weights: the average's effective sample count
         self.steps = 0
-        self.lowest: float | None = None  # the lowest settled noise scale so far
+        self.lowest: float | None = None  # the lowest measurable noise scale so far
 
     def decay(self, batch: int) -> float:
         return max(0.5 ** (batch / self.half_life), 1.0 - 1.0 / self.min_steps)
@@ -103,8 +118,10 @@ class NoiseScale:
         self._sums = [beta * self._sums[0] + (1 - beta) * g2,
                       beta * self._sums[1] + (1 - beta) * trace]
         self._weight = beta * self._weight + (1 - beta)
+        self._square = beta * self._square + (1 - beta) * g2 * g2
+        self._weight_sq = beta * beta * self._weight_sq + (1 - beta) ** 2
         self.steps += 1
-        if self.settled and (scale := self.scale) is not None:
+        if self.measurable and (scale := self.scale) is not None:
             self.lowest = scale if self.lowest is None else min(self.lowest, scale)
         return True
 
@@ -112,7 +129,11 @@ class NoiseScale:
     def estimate(self) -> NoiseEstimate | None:
         if self._weight == 0.0:
             return None
-        return NoiseEstimate(self._sums[0] / self._weight, self._sums[1] / self._weight)
+        mean = self._sums[0] / self._weight
+        spread = max(self._square / self._weight - mean * mean, 0.0)  # the steps' variance
+        # the weighted mean's variance: spread · Σw² / (Σw)²
+        error = math.sqrt(spread * self._weight_sq) / self._weight
+        return NoiseEstimate(mean, self._sums[1] / self._weight, error)
 
     @property
     def settled(self) -> bool:
@@ -121,11 +142,21 @@ class NoiseScale:
         return self._weight >= 0.5
 
     @property
+    def measurable(self) -> bool:
+        """Settled, with |G|² at least :attr:`SIGNIFICANCE` standard errors above 0: the ratio
+        means something. While the noise hides the gradient (a model on its initial plateau,
+        two micro-batches per step) the ratio is large and erratic, not a batch to move to."""
+        estimate = self.estimate
+        return (self.settled and estimate is not None and estimate.scale is not None
+                and estimate.significance >= self.SIGNIFICANCE)
+
+    @property
     def risen(self) -> bool:
-        """Settled, and at least :attr:`RISE` times the lowest settled noise scale so far: the
-        noise scale is growing, not falling from a high start (a measured ramp moves only then)."""
+        """Measurable, and at least :attr:`RISE` times the lowest measurable noise scale so far:
+        the noise scale is growing, not falling from a high start (a measured ramp moves only
+        then)."""
         scale = self.scale
-        return (self.settled and scale is not None and self.lowest is not None
+        return (self.measurable and scale is not None and self.lowest is not None
                 and scale >= self.RISE * self.lowest)
 
     @property
@@ -135,9 +166,13 @@ class NoiseScale:
 
     def state_dict(self) -> dict[str, Any]:
         return {"sums": list(self._sums), "weight": self._weight, "steps": self.steps,
-                "half_life": self.half_life, "min_steps": self.min_steps, "lowest": self.lowest}
+                "half_life": self.half_life, "min_steps": self.min_steps, "lowest": self.lowest,
+                "square": self._square, "weight_sq": self._weight_sq}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._sums = [float(v) for v in state["sums"]]
         self._weight, self.steps = float(state["weight"]), int(state["steps"])
-        self.lowest = state.get("lowest")  # absent from checkpoints written before it
+        # absent from checkpoints written before them: no lowest value, no error tracked
+        self.lowest = state.get("lowest")
+        self._square = float(state.get("square", 0.0))
+        self._weight_sq = float(state.get("weight_sq", 0.0))
