@@ -294,7 +294,8 @@ def probe_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ramped(probe_file, tmp_path_factory):
     out = tmp_path_factory.mktemp("ramp") / "run"
-    result = date("scale", SPEC, *RAMP, "--probe", probe_file, "--max-steps", 40, "-o", out)
+    result = date("scale", SPEC, *RAMP, "--probe", probe_file, "--max-steps", 40, "-o", out,
+                  "--recipe", "tests.fault_recipes:lenet_digits")  # moves without the gate
     assert result.returncode == 0, result.stdout + result.stderr
     return out, result
 
