@@ -121,7 +121,8 @@ class NoiseScale:
         self._square = beta * self._square + (1 - beta) * g2 * g2
         self._weight_sq = beta * beta * self._weight_sq + (1 - beta) ** 2
         self.steps += 1
-        if self.measurable and (scale := self.scale) is not None:
+        if self.measurable:
+            scale = self.scale
             self.lowest = scale if self.lowest is None else min(self.lowest, scale)
         return True
 
@@ -155,9 +156,9 @@ class NoiseScale:
         """Measurable, and at least :attr:`RISE` times the lowest measurable noise scale so far:
         the noise scale is growing, not falling from a high start (a measured ramp moves only
         then)."""
-        scale = self.scale
-        return (self.measurable and scale is not None and self.lowest is not None
-                and scale >= self.RISE * self.lowest)
+        # measurable implies a scale; a checkpoint from before the lowest was kept has none
+        return (self.measurable and self.lowest is not None
+                and self.scale >= self.RISE * self.lowest)
 
     @property
     def scale(self) -> float | None:

@@ -75,8 +75,8 @@ def train_record(step: int, epoch: float, lr: float, loss: float, grad_norm: flo
     time so far (evaluations left out, earlier attempts included); ``ratios`` the (min, median,
     max) of DATE's layer ratios at the step; ``noise`` the smoothed (|G|², tr(Σ), the standard
     error of |G|²) of the gradient noise scale (docs/noise.md), whose ratio is ``noise_scale``
-    (null while |G|² ≤ 0); ``batch``
-    the step's global batch, recorded when it changes during the run (a batch ramp)."""
+    (null while |G|² ≤ 0); ``batch`` the step's global batch, recorded when it changes during the
+    run (a batch ramp)."""
     record: dict[str, Any] = {"step": step, "epoch": round(epoch, 6), "lr": lr, "loss": loss,
                               "grad_norm": grad_norm, "samples_per_s": samples_per_s,
                               "time_s": round(time_s, 3)}

@@ -364,6 +364,12 @@ def test_date_plan_shows_the_ramp(probe_file):
     result = date("plan", SPEC, *SHORT, "--batch", 256, "--budget", "ramp", "--probe", probe_file)
     assert result.returncode == 0, result.stderr
     assert "Batch ramp" in result.stdout and "16 → 32 → 64 → 128 → 256" in result.stdout
+    far = date("plan", SPEC, *SHORT, "--batch", 256, "--budget", "ramp", "--probe", probe_file,
+               "--set", "date.ramp_reach=2", "--json")
+    assert json.loads(far.stdout)["ramp_reach"] == 2.0  # the reach the run will move by, shown
+    wide = date("plan", SPEC, *SHORT, "--batch", 256, "--budget", "ramp", "--probe", probe_file,
+                "--set", "date.ramp_reach=2", env={"COLUMNS": "300"})
+    assert "ρ = 2" in wide.stdout
     none = date("plan", SPEC, *SHORT, "--batch", 256, "--budget", "ramp")
     assert none.returncode == 2 and "date probe" in none.stderr
 

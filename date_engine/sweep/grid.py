@@ -15,7 +15,7 @@ from date_engine.checks import parse_size
 from date_engine.errors import DateError, PlanError
 from date_engine.plan import RunPlan, resolve_plan
 from date_engine.recipes import Recipe
-from date_engine.spec import Spec, parse_spec
+from date_engine.spec import DateSpec, Spec, parse_spec
 from date_engine.sweep.schemes import BASELINE, BUDGETS, Scheme, baseline, budget_label
 
 __all__ = ["Cell", "build_cells", "parse_batches", "parse_lr_grid"]
@@ -132,9 +132,10 @@ def build_cells(
     planned = []
     for cell, cell_raw in wanted:
         cell_raw.setdefault("train", {})["seed"] = cell.seed
-        if cell_raw.get("date", {}).get("budget", "same-epochs") != "ramp":
+        date = cell_raw.setdefault("date", {})
+        if date.get("budget") != "ramp":
             for key in RAMP_ONLY:  # unused: sweeps that differ only there share the cell
-                cell_raw.get("date", {}).pop(key, None)
+                date.pop(key, None)
         cell_spec = parse_spec(cell_raw, source=f"sweep cell {cell.name}")
         try:
             run_plan = resolve_plan(cell_spec, cell.batch, world_size, recipe=recipe)
@@ -151,9 +152,10 @@ def build_cells(
     return planned
 
 
-RAMP_ONLY = ("ramp", "ramp_reach")
-"""date settings only a ramp reads: left out of other cells' specs, so that a sweep that varies
-them (--set date.ramp_reach=2) finds the baseline's cells of one that did not as finished."""
+RAMP_ONLY = tuple(name for name in DateSpec.model_fields if name.startswith("ramp"))
+"""date settings only a ramp reads (``date.ramp*``): left out of other cells' specs, so that a
+sweep that varies them (--set date.ramp_reach=2) finds the baseline's cells of one that did not
+as finished."""
 
 
 def _what(cell: Cell) -> str:

@@ -171,9 +171,10 @@ def _ramp_table(plan: Plan, split: BatchSplit) -> list[RenderableType]:
     lines: list[RenderableType] = [table]
     if measured:
         lines.append(Text(
-            "date.ramp measured: the run moves up to a larger batch of the ladder once the noise "
-            "scale it measures has reached it — each stage starts there or, at the latest, where "
-            "the table puts it; the same samples in all, fewer steps with every earlier start.",
+            "date.ramp measured: the run moves up to batch B_j of the ladder once the noise scale "
+            f"it measures (measurable, risen from its lowest) has reached B_j / ρ, ρ = "
+            f"{fmt(plan.ramp_reach)} — each stage starts there or, at the latest, where the table "
+            "puts it; the same samples in all, fewer steps with every earlier start.",
             style="dim"))
     if plan.ramp[-1].batch != plan.target_batch:
         then = (f"; the run goes on to {plan.target_batch:,} if its measured noise scale does"
