@@ -314,11 +314,13 @@ class Spec(_Section):
         """A short, stable hash of every setting that changes what training computes.
 
         Where a run writes, logs and checkpoints (and how many loader workers it uses) is left
-        out, so a run can be resumed with other such settings.
+        out, so a run can be resumed with other such settings; so are settings at their defaults,
+        so that a run checkpointed by a version without a setting resumes under one that adds it
+        (the plan, compared besides, catches a default that changed what runs).
         """
-        data = self.model_dump(mode="json")
+        data = self.model_dump(mode="json", exclude_defaults=True)
         for key in _NOT_FINGERPRINTED:
-            data["train"].pop(key, None)
+            data.get("train", {}).pop(key, None)
         canonical = json.dumps(data, sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import create_model
 
 from date_engine import SpecError, derive_plan, load_spec, parse_spec
-from date_engine.spec import OptimizerSpec
+from date_engine.spec import DateSpec, OptimizerSpec, Spec
 from tests.conftest import RECIPES
 
 SHIPPED = sorted(RECIPES.glob("*.yaml"))
@@ -177,3 +178,14 @@ def test_fingerprint_tracks_every_setting(lenet_raw):
     a = parse_spec(lenet_raw)
     assert a.fingerprint() == parse_spec(lenet_raw).fingerprint()
     assert a.fingerprint() != parse_spec(lenet_raw, ["train.seed=1"]).fingerprint()
+    assert a.fingerprint() != parse_spec(lenet_raw, ["date.ramp_reach=2"]).fingerprint()
+
+
+def test_a_later_version_that_adds_a_setting_resumes_todays_checkpoints(lenet_raw):
+    """A checkpoint records the spec's fingerprint; a version whose spec gains a setting (at its
+    default, so the run is the same) must find the same fingerprint."""
+    later_date = create_model("LaterDate", __base__=DateSpec, newer=(int, 0))
+    later = create_model("LaterSpec", __base__=Spec, date=(later_date, later_date()))
+    assert later.model_validate(lenet_raw).fingerprint() == parse_spec(lenet_raw).fingerprint()
+    changed = later.model_validate({**lenet_raw, "date": {**lenet_raw.get("date", {}), "newer": 1}})
+    assert changed.fingerprint() != parse_spec(lenet_raw).fingerprint()
