@@ -104,6 +104,7 @@ class NoiseScale:
         self._weight_sq = 0.0  # Σ of the squared weights: the average's effective sample count
         self.steps = 0
         self.lowest: float | None = None  # the lowest measurable noise scale so far
+        self.has_risen = False  # whether it has ever been :attr:`risen`
 
     def decay(self, batch: int) -> float:
         return max(0.5 ** (batch / self.half_life), 1.0 - 1.0 / self.min_steps)
@@ -124,6 +125,7 @@ class NoiseScale:
         if self.measurable:
             scale = self.scale
             self.lowest = scale if self.lowest is None else min(self.lowest, scale)
+        self.has_risen = self.has_risen or self.risen
         return True
 
     @property
@@ -161,6 +163,15 @@ class NoiseScale:
                 and self.scale >= self.RISE * self.lowest)
 
     @property
+    def trusted(self) -> bool:
+        """Risen once, and still a scale to read (|G|² estimated above 0): a measured ramp moves
+        on it. Once the gradient has emerged from the noise and the noise scale has grown, a
+        later estimate of |G|² that is no longer :attr:`measurable` says that the noise scale is
+        large beside the batch, not that it cannot be read (a LeNet's readings at batch 1024 fall
+        below 3 standard errors late in training; docs/noise.md)."""
+        return self.has_risen and self.settled and self.scale is not None
+
+    @property
     def scale(self) -> float | None:
         estimate = self.estimate
         return estimate.scale if estimate is not None else None
@@ -168,7 +179,7 @@ class NoiseScale:
     def state_dict(self) -> dict[str, Any]:
         return {"sums": list(self._sums), "weight": self._weight, "steps": self.steps,
                 "half_life": self.half_life, "min_steps": self.min_steps, "lowest": self.lowest,
-                "square": self._square, "weight_sq": self._weight_sq}
+                "square": self._square, "weight_sq": self._weight_sq, "has_risen": self.has_risen}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._sums = [float(v) for v in state["sums"]]
@@ -177,3 +188,4 @@ class NoiseScale:
         self.lowest = state.get("lowest")
         self._square = float(state.get("square", 0.0))
         self._weight_sq = float(state.get("weight_sq", 0.0))
+        self.has_risen = bool(state.get("has_risen", False))

@@ -163,6 +163,30 @@ def test_a_noise_scale_hidden_in_the_noise_is_not_measurable():
     assert again.estimate == noise.estimate
 
 
+def test_a_noise_scale_that_has_risen_stays_trusted_when_its_signal_fades():
+    """Late in a LeNet's training, at batch 1024, |G|² shrinks beside the noise and falls below 3
+    standard errors: the ramp reads the scale on (large, as it is), having once seen it measurable
+    and risen. On the initial plateau, before any rise, the same readings are not trusted."""
+    noise = NoiseScale(half_life=128 * 20)
+    for i in range(60):  # the plateau: not measurable, never risen, not trusted
+        noise.update(*_norms(grad_sq=1.0 if i % 2 else -0.9, trace=100.0), 64, 128)
+    assert not noise.trusted and not noise.has_risen
+    for trace in (100.0, 400.0):  # emerges at ~100, then rises to ~400
+        for _ in range(120):
+            noise.update(*_norms(grad_sq=1.0, trace=trace), 64, 128)
+    assert noise.risen and noise.trusted
+    for i in range(120):  # the signal fades into the noise: |G|² ~0.3 ± 1, the scale large
+        noise.update(*_norms(grad_sq=1.3 if i % 2 else -0.7, trace=400.0), 64, 128)
+    assert not noise.measurable and not noise.risen
+    assert noise.trusted and noise.scale > 1000
+    again = NoiseScale(half_life=128 * 20)  # part of a checkpoint's state
+    again.load_state_dict(noise.state_dict())
+    assert again.trusted
+    old = {k: v for k, v in noise.state_dict().items() if k != "has_risen"}
+    again.load_state_dict(old)  # a checkpoint from before it was kept
+    assert not again.trusted
+
+
 def _norms(grad_sq: float, trace: float) -> tuple[float, float]:
     """The mean squared micro-batch norm (64 samples) and the step's squared norm (128) whose
     unbiased estimates are ``grad_sq`` and ``trace``."""

@@ -368,8 +368,8 @@ class Trainer:
         """A measured ramp, after ``step``: the move up to the largest rung the run's noise scale
         has passed, from step + 1 on (None to stay, or where the plan moves there anyway). Every
         process decides alike: the noise scale comes from the step's all-reduce. It moves only
-        on a measurable noise scale that has risen from its lowest (docs/noise.md)."""
-        if not self._follows_noise() or self.noise is None or not self.noise.risen:
+        once its noise scale has been measurable and risen from its lowest (docs/noise.md)."""
+        if not self._follows_noise() or self.noise is None or not self.noise.trusted:
             return None
         plan = self.plan  # its rungs are those derive_plan laddered, multiples of the processes
         rungs = ladder(plan.target_batch, plan.baseline_batch, self.split.world_size)
