@@ -534,8 +534,8 @@ def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, n: int,
       f"B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}, ρ = {fmt(reach)}"
       + (f"; {len(changes)} move(s) measured in the run" if changes else ""),
       "the batch grows as the measured noise scale does (docs/noise.md)"
-      + ("; measured: up a rung once the run's own noise scale, measurable and risen from its "
-         "lowest, passes B_j / ρ; at the latest here"
+      + ("; measured: up a rung once the run's own noise scale, once measurable and risen from "
+         "its lowest, passes B_j / ρ; at the latest here"
          if measured else ""))
     return tuple(stages), samples
 

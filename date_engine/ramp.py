@@ -20,9 +20,9 @@ A probe's curve is fitted to the first part of training and extrapolated; where 
 noise scale of the full run, the planned rungs come late. ``date.ramp: measured`` (the default)
 lets the run decide: after each step the trainer reads the noise scale it measures itself and,
 once it has passed a higher rung, moves there (:func:`climb`); the planned start of a rung is the
-latest it begins. It moves only on a noise scale that is measurable (|G|² three standard errors
+latest it begins. It moves once the noise scale has been measurable (|G|² three standard errors
 above 0) and has risen to twice its lowest measurable value
-(:attr:`date_engine.noise.NoiseScale.risen`): on an LSTM's initial plateau the ratio reads 800 to
+(:attr:`date_engine.noise.NoiseScale.trusted`): on an LSTM's initial plateau the ratio reads 800 to
 35,000 at random, and moves on it put a batch of 2048 at 0.1 epochs (docs/noise.md). The plan
 of such a run is :func:`follow` of the planned rungs and the changes measured so far: the same
 samples in all (the LR's shape is a function of samples), fewer steps with every early change.

@@ -240,10 +240,10 @@ class DateSpec(_Section):
     noise scale grows (docs/noise.md). hold and ramp need ``probe``."""
     ramp: Literal["measured", "planned"] = "measured"
     """budget ramp: measured — the run moves up to batch B_j once the noise scale it measures
-    (measurable, and risen from its lowest) has reached B_j / ``ramp_reach`` (the probe's forecast
-    start is the latest); planned — where the probe's curve puts each rung. measured needs two or
-    more gradients per step (processes × accumulation steps); the trainer splits a ramp's stages
-    so that they have them."""
+    (once measurable and risen from its lowest) has reached B_j / ``ramp_reach`` (the probe's
+    forecast start is the latest); planned — where the probe's curve puts each rung. measured
+    needs two or more gradients per step (processes × accumulation steps); the trainer splits a
+    ramp's stages so that they have them."""
     ramp_reach: float = Field(default=1.0, gt=0.0, le=64.0)
     """budget ramp: ρ — a rung B_j is reached once the noise scale is B_j / ρ (1: the batch
     never passes the noise scale, each stretch costs at most 2× its fewest samples; 2: up to

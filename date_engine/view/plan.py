@@ -172,7 +172,7 @@ def _ramp_table(plan: Plan, split: BatchSplit) -> list[RenderableType]:
     if measured:
         lines.append(Text(
             "date.ramp measured: the run moves up to batch B_j of the ladder once the noise scale "
-            f"it measures (measurable, risen from its lowest) has reached B_j / ρ, ρ = "
+            f"it measures (once measurable and risen from its lowest) has reached B_j / ρ, ρ = "
             f"{fmt(plan.ramp_reach)} — each stage starts there or, at the latest, where the table "
             "puts it; the same samples in all, fewer steps with every earlier start.",
             style="dim"))
