@@ -122,10 +122,10 @@ class NoiseScale:
         self._square = beta * self._square + (1 - beta) * g2 * g2
         self._weight_sq = beta * beta * self._weight_sq + (1 - beta) ** 2
         self.steps += 1
-        if self.measurable:
+        if self.measurable:  # then :attr:`risen` is this comparison with the lowest so far
             scale = self.scale
             self.lowest = scale if self.lowest is None else min(self.lowest, scale)
-        self.has_risen = self.has_risen or self.risen
+            self.has_risen = self.has_risen or scale >= self.RISE * self.lowest
         return True
 
     @property
