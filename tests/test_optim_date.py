@@ -566,3 +566,32 @@ def test_the_plan_says_which_step_runs(name, changes, mode):
     assert opt.implementation == path
     if path == "off":  # the base's own step: torch's fused kernel where it has one
         assert bool(opt.base.param_groups[0].get("fused")) == ("fused kernel" in why), why
+
+
+@pytest.mark.parametrize("name", ["date-adam", "date-momentum", "lars", "lamb"])
+def test_tensors_off_the_host_take_the_multi_tensor_path(name):
+    """The dispatch an accelerator gets, exercised without one: parameters that are not CPU
+    tensors (here on torch's "meta" device, which has no per-layer fused kernels), or whose
+    gradient is not contiguous, step through the foreach path; the same parameters on the CPU take
+    the per-layer fused kernels."""
+    from date_engine.optim._fused import host_kernels
+    from date_engine.optim.lamb import LAMB
+    from date_engine.optim.lars import LARS
+
+    make = {"date-adam": lambda ps: DATE(torch.optim.Adam(ps, lr=1e-3)),
+            "date-momentum": lambda ps: DATE(torch.optim.SGD(ps, lr=0.1, momentum=0.9)),
+            "lars": lambda ps: LARS(ps, lr=0.1), "lamb": lambda ps: LAMB(ps, lr=1e-3)}[name]
+
+    def stepped(device, grad=None):
+        w = torch.nn.Parameter(torch.ones(4, 3, device=device))
+        w.grad = torch.full((4, 3), 0.5, device=device) if grad is None else grad
+        opt = make([w])
+        opt.step()
+        return opt, w
+
+    opt, w = stepped("meta")
+    assert not host_kernels([w]) and opt.implementation == "foreach"
+    opt, w = stepped("cpu", grad=torch.full((3, 4), 0.5).t())  # a transposed, strided gradient
+    assert not host_kernels([w]) and opt.implementation == "foreach"
+    opt, w = stepped("cpu")
+    assert host_kernels([w]) and opt.implementation == "fused"
