@@ -148,6 +148,8 @@ def test_plan_with_the_probe_forecasts_and_warns(probed):
     out = date("plan", SPEC, *SHORT, "--batch", beyond, "--probe", folder / "probe.json")
     assert out.returncode == 0, out.stderr
     assert "Forecast" in out.stdout and "beyond the critical batch" in out.stdout
+    words = " ".join(out.stdout.split())  # the console wraps lines
+    assert "--budget hold trains" in words and "--budget ramp grows the batch" in words
     hold = date("plan", SPEC, *SHORT, "--batch", beyond, "--probe", folder / "probe.json",
                 "--budget", "hold", "--json")
     plan = json.loads(hold.stdout)

@@ -125,7 +125,9 @@ def _forecast_lines(plan: Plan) -> list[Text]:
         lines.append(Text(
             f"warning: batch {b:,} is beyond the critical batch ({ahead.critical_batch:,}): "
             f"training the baseline's {fmt(e0)} epochs is expected to lose accuracy; "
-            f"--budget hold trains {ahead.epochs:.4g} epochs instead.", style="yellow"))
+            f"--budget hold trains {ahead.epochs:.4g} epochs instead; --budget ramp grows the "
+            f"batch to {b:,} as the run's noise scale allows, which held accuracy with fewer "
+            "samples in our studies (docs/noise.md).", style="yellow"))
     return lines
 
 
