@@ -1,15 +1,20 @@
 """What measuring the gradient noise scale costs: in every step, and as a probe.
 
     OMP_NUM_THREADS=1 python benchmarks/noise_overhead.py [--spec recipes/lenet-digits.yaml]
-        [--batch 256] [--micro-batch 64] [--repeats 5] [--probe]
+        [--batch 256] [--micro-batch 64] [--repeats 5] [--probe] [--hooks]
 
 Step cost: `date scale` at --batch split into --micro-batch (so that every step sees several
 micro-batch gradients), with the measurement on and off (RunConfig.measure_noise), runs
 alternating, `--repeats` each; medians of samples/s compared (target: <= 2% slower).
 
+--hooks times what the measurement adds to a micro-batch's backward pass alone: the spec's
+model, forward and backward on a real micro-batch of --micro-batch samples, with and without
+the trainer's per-parameter hook (StepRunner._add_micro_norm), 40 interleaved rounds of 50.
+Whole runs scatter by more than the hooks cost on a small model; this isolates them.
+
 --probe also times the baseline's whole training (its batch, one pass per step) against `date
-probe`'s default (10% of its steps, each split into 4 micro-batches), alternating, `--repeats`
-each (target: <= 10% of the baseline's time).
+probe` with its defaults (DEFAULT_SHARE of its steps, each split into two micro-batches),
+alternating, `--repeats` each (target: <= 10% of the baseline's time).
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ import torch
 
 from date_engine import load_spec
 from date_engine.probe import DEFAULT_SHARE
-from date_engine.recipes import get_recipe
+from date_engine.recipes import DataOptions, get_recipe
 from date_engine.train.config import RunConfig
 from date_engine.train.probe import ProbeOptions, run_probe
+from date_engine.train.step import StepRunner
 from date_engine.train.trainer import run
 
 
@@ -58,6 +64,41 @@ def probe_seconds(spec_path: str) -> tuple[float, float]:
         return probe.wall_seconds, time.perf_counter() - start
 
 
+def hook_cost(spec_path: str, micro_batch: int, rounds: int = 40, passes: int = 50) -> None:
+    """Microseconds per forward + backward of one micro-batch, with and without the hooks."""
+    spec = load_spec(spec_path)
+    recipe = get_recipe(spec.recipe)
+    options = recipe.parse_options(spec.model)
+    torch.manual_seed(0)
+    model = recipe.build_model(options)
+    data = recipe.build_data(DataOptions(data_dir=spec.train.data_dir, seed=0), options)
+    batch = next(iter(torch.utils.data.DataLoader(data.train, batch_size=micro_batch,
+                                                  collate_fn=data.collate)))
+    holder = StepRunner.__new__(StepRunner)  # the trainer's hook, on its own accumulator
+    holder._micro_sq = torch.zeros(())
+
+    def timed(hooked: bool) -> float:
+        handles = [p.register_hook(holder._add_micro_norm) for p in model.parameters()
+                   if p.requires_grad] if hooked else []
+        start = time.perf_counter()
+        for _ in range(passes):
+            recipe.loss(model, batch, data).backward()
+        for handle in handles:
+            handle.remove()
+        return (time.perf_counter() - start) / passes * 1e6
+
+    plain, hooked = [], []
+    for _ in range(rounds):
+        plain.append(timed(False))
+        hooked.append(timed(True))
+    tensors = sum(p.requires_grad for p in model.parameters())
+    p, h = statistics.median(plain), statistics.median(hooked)
+    print(f"{spec_path}: forward + backward of {micro_batch} samples, {tensors} tensors, "
+          f"{rounds} rounds of {passes}, {torch.get_num_threads()} threads")
+    print(f"without hooks: {p:8.1f} us\nwith hooks   : {h:8.1f} us  (+{h - p:.1f} us, "
+          f"{(h - p) / tensors:.1f} us per tensor, {100 * (h - p) / p:+.1f}%)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--spec", default="recipes/lenet-digits.yaml")
@@ -65,7 +106,11 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--probe", action="store_true")
+    parser.add_argument("--hooks", action="store_true")
     args = parser.parse_args()
+    if args.hooks:
+        hook_cost(args.spec, args.micro_batch)
+        return
     on, off = [], []
     for _ in range(args.repeats):
         on.append(timed_run(args.spec, args.batch, args.micro_batch, True)["samples_per_s"])
