@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Optional, get_args
 
 import typer
 from rich.console import Console
@@ -24,7 +24,7 @@ from date_engine.checks import (
 )
 from date_engine.errors import DateError
 from date_engine.probe import DEFAULT_POINTS, DEFAULT_SHARE
-from date_engine.spec import Spec, load_spec
+from date_engine.spec import DateSpec, Spec, load_spec
 from date_engine.sweep.schemes import DEFAULT_LR_GRID
 
 app = typer.Typer(
@@ -111,6 +111,9 @@ def _spec(arg: str, overrides: list[str] | None, probe: Path | None = None,
     if probe is not None:  # absolute, so that every process and sweep cell finds it
         overrides.append(f"date.probe={json.dumps(str(probe.absolute()))}")
     if budget is not None:
+        budgets = get_args(DateSpec.model_fields["budget"].annotation)
+        if budget not in budgets:
+            raise DateError(f"--budget: must be one of {', '.join(budgets)}; got {budget!r}.")
         overrides.append(f"date.budget={json.dumps(budget)}")
 
     path = Path(arg)

@@ -133,6 +133,10 @@ BAD_INPUT = [
     ),
     ([LENET, "--batch", 8192, "--set", "baseline.lr"], "--set 'baseline.lr': expected key=value"),
     (
+        [LENET, "--batch", 8192, "--budget", "hld"],  # named as the option, not as a --set
+        "--budget: must be one of same-epochs, hold, ramp; got 'hld'.",
+    ),
+    (
         [LENET, "--batch", 8192, "--plot", "/nonexistent/dir/lr.png"],
         "the folder /nonexistent/dir does not exist",
     ),
