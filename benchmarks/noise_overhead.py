@@ -9,7 +9,7 @@ alternating, `--repeats` each; medians of samples/s compared (target: <= 2% slow
 
 --hooks times what the measurement adds to a micro-batch's backward pass alone: the spec's
 model, forward and backward on a real micro-batch of --micro-batch samples, with and without
-the trainer's per-parameter hook (StepRunner._add_micro_norm), 40 interleaved rounds of 50.
+the trainer's per-parameter hook (train.step.squared_norm_hook), 40 interleaved rounds of 50.
 Whole runs scatter by more than the hooks cost on a small model; this isolates them.
 
 --probe also times the baseline's whole training (its batch, one pass per step) against `date
@@ -35,7 +35,7 @@ from date_engine.probe import DEFAULT_SHARE
 from date_engine.recipes import DataOptions, get_recipe
 from date_engine.train.config import RunConfig
 from date_engine.train.probe import ProbeOptions, run_probe
-from date_engine.train.step import StepRunner
+from date_engine.train.step import squared_norm_hook
 from date_engine.train.trainer import run
 
 
@@ -74,11 +74,10 @@ def hook_cost(spec_path: str, micro_batch: int, rounds: int = 40, passes: int = 
     data = recipe.build_data(DataOptions(data_dir=spec.train.data_dir, seed=0), options)
     batch = next(iter(torch.utils.data.DataLoader(data.train, batch_size=micro_batch,
                                                   collate_fn=data.collate)))
-    holder = StepRunner.__new__(StepRunner)  # the trainer's hook, on its own accumulator
-    holder._micro_sq = torch.zeros(())
+    add = squared_norm_hook(torch.zeros(()))  # the trainer's hook, on its own accumulator
 
     def timed(hooked: bool) -> float:
-        handles = [p.register_hook(holder._add_micro_norm) for p in model.parameters()
+        handles = [p.register_hook(add) for p in model.parameters()
                    if p.requires_grad] if hooked else []
         start = time.perf_counter()
         for _ in range(passes):

@@ -13,7 +13,7 @@ anyway) gives the other half. Both stay on the device until the agreement reads 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +25,23 @@ from torch import Tensor
 from date_engine.recipes import Recipe, RecipeData
 from date_engine.train.runtime import Runtime
 
-__all__ = ["StepRunner", "Verdict", "agree", "to_device"]
+__all__ = ["StepRunner", "Verdict", "agree", "squared_norm_hook", "to_device"]
+
+
+def squared_norm_hook(total: Tensor) -> Callable[[Tensor], None]:
+    """A gradient hook that adds the squared norm of each gradient it sees to ``total`` (float32,
+    in place): registered on every parameter, it sums |g|² of one micro-batch's gradient before
+    accumulation and DDP's all-reduce. Two dispatches per parameter and micro-batch (the norm, a
+    fused square-and-add): on a small model these hooks are most of what the measurement costs.
+    The incoming gradient needs no detach: the trainer's backward builds no graph of its own."""
+
+    def add(grad: Tensor) -> None:
+        if grad.is_sparse:
+            grad = grad.coalesce().values()
+        norm = torch.linalg.vector_norm(grad, dtype=torch.float32)
+        total.addcmul_(norm, norm)
+
+    return add
 
 
 class StepRunner:
@@ -48,17 +64,9 @@ class StepRunner:
         self.measure_noise = measure_noise
         self._micro_sq = torch.zeros((), device=runtime.device)
         """Σ over this step's micro-batches of |gradient of the micro-batch's share of the loss|²"""
-        self._hooks = [p.register_hook(self._add_micro_norm) for p in model.parameters()
+        add = squared_norm_hook(self._micro_sq)
+        self._hooks = [p.register_hook(add) for p in model.parameters()
                        if p.requires_grad] if measure_noise else []
-
-    def _add_micro_norm(self, grad: Tensor) -> None:
-        # two dispatches per parameter and micro-batch (the norm, a fused square-and-add): on a
-        # small model these hooks are most of what the measurement costs. The incoming gradient
-        # needs no detach: the trainer's backward builds no graph of its own.
-        if grad.is_sparse:
-            grad = grad.coalesce().values()
-        norm = torch.linalg.vector_norm(grad, dtype=torch.float32)
-        self._micro_sq.addcmul_(norm, norm)
 
     def close(self) -> None:
         for hook in self._hooks:
