@@ -29,7 +29,6 @@ import math
 import time
 
 import torch
-import torch.nn.functional as F
 
 from date_engine.optim.build import build_optimizer
 from date_engine.plan import derive_plan
@@ -75,10 +74,10 @@ def main() -> None:
         return plan0.lr(max(1, round(epoch * n / b0))) / plan0.peak_lr
 
     def loss_of(model) -> float:
+        """The recipe's mean loss over the fixed evaluation slice."""
         with torch.no_grad():
-            return sum(F.cross_entropy(model(x_eval[i:i + 2048]), y_eval[i:i + 2048],
-                                       reduction="sum").item()
-                       for i in range(0, len(x_eval), 2048)) / len(x_eval)
+            return sum(recipe.loss(model, (x_eval[i:i + 2048], y_eval[i:i + 2048]), data).item()
+                       * len(x_eval[i:i + 2048]) for i in range(0, len(x_eval), 2048)) / len(x_eval)
 
     def train(model, opt, batch, start, end, peak, gen, *, blend_from=None, blend=0.0,
               curve=None):
@@ -94,7 +93,7 @@ def main() -> None:
                 top = blend_from + (peak - blend_from) * (epoch - start) / blend
             for group in opt.param_groups:
                 group["lr"] = top * shape(epoch)
-            loss = F.cross_entropy(model(x[idx]), y[idx])
+            loss = recipe.loss(model, (x[idx], y[idx]), data)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -170,7 +169,10 @@ def reached_loss(curve: list[tuple[float, float]], epoch: float) -> float:
 def _b_eff(value: float | None) -> str:
     if value is None:
         return "—"
-    return "∞ (no cost)" if math.isinf(value) else f"{value:.0f}"
+    if math.isinf(value):
+        return "∞ (no cost)"
+    # r > B/B0: a step at B made less progress than one at B0, which the model cannot express
+    return f"{value:.0f}" if value >= 0 else "— (r > B/B0)"
 
 
 if __name__ == "__main__":
