@@ -512,8 +512,8 @@ def _sweep_forecast(spec_arg: str, overrides, probe: Path, batches: list[int], n
     for batch in batches:
         ahead = resolve_plan(spec, batch, nproc, recipe=recipe).plan.forecast
         rows.append({"batch": batch, "factor": ahead.factor, "epochs": ahead.epochs,
-                     "steps": ahead.steps, "critical_batch": ahead.critical_batch,
-                     "expected": "loses" if ahead.beyond_critical else "holds"})
+                     "steps": ahead.steps, "holding_batch": ahead.holding_batch,
+                     "expected": "loses" if ahead.loses_at_same_epochs else "holds"})
     return {"probe": str(probe), "batches": rows}
 
 

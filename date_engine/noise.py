@@ -19,6 +19,17 @@ correction, and B_simple is taken as the ratio of the averages — not the avera
 which a near-zero |G|² estimate would ruin. The averages' half-life is counted in samples, so a
 run at 32× the batch averages over as much training as the baseline does.
 
+Where consecutive steps' gradients are anti-correlated — the iterate oscillating across a sharp
+direction, as at the edge of stability — the oscillation counts as signal in |G|² and B_simple
+reads small: on lenet-mnist 10–20× below what large batches show (docs/noise.md). The mean of two
+consecutive step gradients cancels a period-two oscillation, so ``date probe`` also measures
+their product c = ⟨g_t, g_t−1⟩ and the signal of the pair,
+
+    |G_pair|² ≈ (|G_t|² + |G_t−1|²)/4 + c/2                      (each |G|² the step's estimate)
+
+unbiased when the two steps' noises are independent; tr(Σ)/|G_pair|² is the pair noise scale the
+forecast uses. Where steps do not oscillate it stays near B_simple (docs/noise.md).
+
 This module is plain Python: the trainer (:mod:`date_engine.train.step`) measures s and S in
 backward hooks and one all-reduce that the step takes anyway; ``date probe`` and the plan's
 forecast read the numbers it records.
@@ -55,6 +66,9 @@ class NoiseEstimate:
     grad_sq_error: float | None = None
     """The standard error of ``grad_sq``, from the spread of the steps' estimates the average
     weighs (None where not tracked)."""
+    pair_grad_sq: float | None = None
+    """|G_pair|², the squared norm of the mean true gradient of two consecutive steps (None where
+    pairs are not measured)."""
 
     @property
     def significance(self) -> float:
@@ -71,6 +85,14 @@ class NoiseEstimate:
         if self.grad_sq <= 0 or self.trace <= 0 or not math.isfinite(self.grad_sq):
             return None
         return self.trace / self.grad_sq
+
+    @property
+    def pair_scale(self) -> float | None:
+        """tr(Σ)/|G_pair|²: the noise scale with a period-two oscillation of the gradient left
+        out; None where pairs are not measured or their |G|² is not positive."""
+        if self.pair_grad_sq is None or self.pair_grad_sq <= 0 or self.trace <= 0:
+            return None
+        return self.trace / self.pair_grad_sq
 
 
 class NoiseScale:
@@ -105,17 +127,29 @@ class NoiseScale:
         self.steps = 0
         self.lowest: float | None = None  # the lowest measurable noise scale so far
         self.has_risen = False  # whether it has ever been :attr:`risen`
+        self._pair = [0.0, 0.0]  # the biased average of |G_pair|² and its weight
+        self._last_g2: float | None = None  # the previous step's |G|², while pairs go on
 
     def decay(self, batch: int) -> float:
         return max(0.5 ** (batch / self.half_life), 1.0 - 1.0 / self.min_steps)
 
-    def update(self, small_sq: float, big_sq: float, small_batch: int, big_batch: int) -> bool:
+    def update(self, small_sq: float, big_sq: float, small_batch: int, big_batch: int,
+               pair: float | None = None) -> bool:
         """Fold one step's measurement in; a non-finite one (an fp16 overflow) is left out.
-        Returns whether it was used."""
+        ``pair`` is ⟨g_t, g_t−1⟩, the product of this step's gradient with the previous step's
+        (where pairs are measured); it is folded in when the previous step was. Returns whether
+        the step was used."""
         g2, trace = unbiased(small_sq, big_sq, small_batch, big_batch)
         if not (math.isfinite(g2) and math.isfinite(trace)):
+            self._last_g2 = None
             return False
         beta = self.decay(big_batch)
+        if pair is not None:
+            if self._last_g2 is not None and math.isfinite(pair):
+                self._pair = [beta * self._pair[0] + (1 - beta) * ((g2 + self._last_g2) / 4
+                                                                   + pair / 2),
+                              beta * self._pair[1] + (1 - beta)]
+            self._last_g2 = g2
         self._sums = [beta * self._sums[0] + (1 - beta) * g2,
                       beta * self._sums[1] + (1 - beta) * trace]
         self._weight = beta * self._weight + (1 - beta)
@@ -136,7 +170,8 @@ class NoiseScale:
         spread = max(self._square / self._weight - mean * mean, 0.0)  # the steps' variance
         # the weighted mean's variance: spread · Σw² / (Σw)²
         error = math.sqrt(spread * self._weight_sq) / self._weight
-        return NoiseEstimate(mean, self._sums[1] / self._weight, error)
+        pair = self._pair[0] / self._pair[1] if self._pair[1] > 0 else None
+        return NoiseEstimate(mean, self._sums[1] / self._weight, error, pair)
 
     @property
     def settled(self) -> bool:
@@ -179,7 +214,9 @@ class NoiseScale:
     def state_dict(self) -> dict[str, Any]:
         return {"sums": list(self._sums), "weight": self._weight, "steps": self.steps,
                 "half_life": self.half_life, "min_steps": self.min_steps, "lowest": self.lowest,
-                "square": self._square, "weight_sq": self._weight_sq, "has_risen": self.has_risen}
+                "square": self._square, "weight_sq": self._weight_sq, "has_risen": self.has_risen,
+                "pair": list(self._pair)}
+        # not the previous step's |G|²: its gradient, which the next product needs, is not saved
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._sums = [float(v) for v in state["sums"]]
@@ -189,3 +226,5 @@ class NoiseScale:
         self._square = float(state.get("square", 0.0))
         self._weight_sq = float(state.get("weight_sq", 0.0))
         self.has_risen = bool(state.get("has_risen", False))
+        self._pair = [float(v) for v in state.get("pair", (0.0, 0.0))]
+        self._last_g2 = None

@@ -306,7 +306,10 @@ class Plan:
         if values.get("noise_curve") is not None:
             values["noise_curve"] = NoiseCurve(**values["noise_curve"])
         if values.get("forecast") is not None:
-            values["forecast"] = Forecast(**values["forecast"])
+            ahead = dict(values["forecast"])
+            if "critical_batch" in ahead:  # a plan written before B_hold: McCandlish's f = 2 batch
+                ahead["holding_batch"] = ahead.pop("critical_batch")
+            values["forecast"] = Forecast(**ahead)
         values["ramp"] = tuple(BatchStage(**stage) for stage in values.get("ramp", ()))
         return cls(**values)
 
@@ -565,7 +568,7 @@ def _forecast(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, b0: 
     d("f", "forecast.factor", ahead.factor, "∫₀^E0 (B_noise(e) + B) / (B_noise(e) + B0) de / E0",
       f"B = {fmt(batch)}, B0 = {fmt(b0)}, E0 = {fmt(e0)}",
       "epochs to the baseline's loss over its epochs (McCandlish et al. 2018)")
-    d("B_crit", "forecast.critical_batch", ahead.critical_batch, "B where f = 2",
+    d("B_hold", "forecast.holding_batch", ahead.holding_batch, "B where f = 4/3",
       f"B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}",
       "beyond it same-epoch training is expected to lose accuracy")
     return ahead

@@ -5,8 +5,11 @@ The probe trains the baseline exactly (its batch, LR schedule and optimizer) thr
 scale``, with the batch split into micro-batches so that every step measures the noise scale
 (docs/noise.md), and stops after a share of the baseline's steps or a time budget. From the
 smoothed estimates it keeps ``points`` (epoch, B_noise) measurements, one per equal stretch of the
-probed epochs (the ratio of the stretch's mean |G|² and tr(Σ)), and fits the noise curve
-(:class:`~date_engine.forecast.NoiseCurve`) that :mod:`date_engine.plan` forecasts from.
+probed epochs (the ratio of the stretch's mean tr(Σ) and |G|²), and fits the noise curve
+(:class:`~date_engine.forecast.NoiseCurve`) that :mod:`date_engine.plan` forecasts from. The
+|G|² is that of pairs of consecutive steps (:mod:`date_engine.noise`): B_simple, kept beside it,
+reads the oscillation of an optimizer at the edge of stability as signal and forecast 3–5× the
+epochs lenet-mnist took (docs/noise.md, "Where the forecast failed").
 
 This module is probe.json's format and reading, without torch (the plan reads it);
 :func:`probe_points` turns a run's metrics.jsonl records into points. The probe's training is
@@ -27,7 +30,7 @@ from date_engine.forecast import NoiseCurve
 __all__ = ["DEFAULT_POINTS", "DEFAULT_SHARE", "PROBE_FORMAT", "NoisePoint", "Probe",
            "baseline_identity", "probe_points"]
 
-PROBE_FORMAT = 1
+PROBE_FORMAT = 2
 DEFAULT_SHARE = 0.08
 """The share of the baseline's optimizer steps a probe trains (docs/noise.md: how much it must
 see)."""
@@ -41,10 +44,14 @@ class NoisePoint:
     epoch: float
     """The stretch's middle, in the baseline's epochs."""
     noise_scale: float | None
-    """tr(Σ)/|G|² of the stretch's means; None when the mean |G|² is not positive."""
+    """tr(Σ)/|G_pair|² of the stretch's means, what the forecast fits; None when the mean |G|²
+    is not positive."""
     grad_sq: float
+    """|G_pair|²: the signal of pairs of consecutive steps."""
     grad_trace: float
     loss: float
+    simple_scale: float | None = None
+    """B_simple = tr(Σ)/|G|² of single steps, for comparison (docs/noise.md)."""
 
 
 def baseline_identity(spec: Any, dataset_size: int) -> dict[str, Any]:
@@ -143,9 +150,9 @@ def _json(value: Any) -> Any:
 
 def probe_points(records: Sequence[dict[str, Any]], count: int) -> tuple[NoisePoint, ...]:
     """``count`` points from a run's metrics.jsonl records: the probed epochs cut into equal
-    stretches, each the ratio of its records' mean tr(Σ) and mean |G|². Stretches without a
-    record are left out."""
-    measured = [r for r in records if r.get("grad_sq") is not None]
+    stretches, each the ratio of its records' mean tr(Σ) and mean |G_pair|² (and of mean |G|²:
+    B_simple). Stretches without a record are left out."""
+    measured = [r for r in records if r.get("grad_sq_pair") is not None]
     if not measured:
         return ()
     last = measured[-1]["epoch"]
@@ -155,9 +162,12 @@ def probe_points(records: Sequence[dict[str, Any]], count: int) -> tuple[NoisePo
         inside = [r for r in measured if i * width < r["epoch"] <= (i + 1) * width]
         if not inside:
             continue
-        grad_sq = sum(r["grad_sq"] for r in inside) / len(inside)
-        trace = sum(r["grad_trace"] for r in inside) / len(inside)
-        loss = sum(r["loss"] for r in inside) / len(inside)
-        scale = trace / grad_sq if grad_sq > 0 and trace > 0 else None
-        points.append(NoisePoint((i + 0.5) * width, scale, grad_sq, trace, loss))
+        pair_sq, simple_sq, trace, loss = (sum(r[key] for r in inside) / len(inside) for key in
+                                           ("grad_sq_pair", "grad_sq", "grad_trace", "loss"))
+        points.append(NoisePoint((i + 0.5) * width, _ratio(trace, pair_sq), pair_sq, trace, loss,
+                                 _ratio(trace, simple_sq)))
     return tuple(points)
+
+
+def _ratio(trace: float, grad_sq: float) -> float | None:
+    return trace / grad_sq if grad_sq > 0 and trace > 0 else None

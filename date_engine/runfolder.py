@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from date_engine.errors import DateError
+from date_engine.noise import NoiseEstimate
 from date_engine.plan import RunPlan
 
 __all__ = ["MetricsLog", "RunFolder", "RunLock", "RunSummary", "default_run_folder", "eval_record",
@@ -69,25 +70,25 @@ class RunSummary:
 
 def train_record(step: int, epoch: float, lr: float, loss: float, grad_norm: float | None,
                  samples_per_s: float, time_s: float, ratios: tuple[float, float, float] | None,
-                 noise: tuple[float, float, float | None] | None = None,
+                 noise: NoiseEstimate | None = None,
                  batch: int | None = None) -> dict[str, Any]:
     """A line of metrics.jsonl after a logged optimizer step. ``time_s`` is the run's training
     time so far (evaluations left out, earlier attempts included); ``ratios`` the (min, median,
-    max) of DATE's layer ratios at the step; ``noise`` the smoothed (|G|², tr(Σ), the standard
-    error of |G|²) of the gradient noise scale (docs/noise.md), whose ratio is ``noise_scale``
-    (null while |G|² ≤ 0); ``batch`` the step's global batch, recorded when it changes during the
-    run (a batch ramp)."""
+    max) of DATE's layer ratios at the step; ``noise`` the smoothed estimates of the gradient
+    noise scale (docs/noise.md): |G|², tr(Σ), whose ratio is ``noise_scale`` (null while |G|² ≤
+    0), the standard error of |G|², and where pairs are measured |G_pair|²; ``batch`` the step's
+    global batch, recorded when it changes during the run (a batch ramp)."""
     record: dict[str, Any] = {"step": step, "epoch": round(epoch, 6), "lr": lr, "loss": loss,
                               "grad_norm": grad_norm, "samples_per_s": samples_per_s,
                               "time_s": round(time_s, 3)}
     if ratios is not None:
         record.update(zip(("ratio_min", "ratio_median", "ratio_max"), ratios))
     if noise is not None:
-        grad_sq, trace, error = noise
-        record.update(grad_sq=grad_sq, grad_trace=trace,
-                      noise_scale=trace / grad_sq if grad_sq > 0 and trace > 0 else None)
-        if error is not None:
-            record["grad_sq_error"] = error
+        record.update(grad_sq=noise.grad_sq, grad_trace=noise.trace, noise_scale=noise.scale)
+        if noise.grad_sq_error is not None:
+            record["grad_sq_error"] = noise.grad_sq_error
+        if noise.pair_grad_sq is not None:
+            record["grad_sq_pair"] = noise.pair_grad_sq
     if batch is not None:
         record["batch"] = batch
     return record

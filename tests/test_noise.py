@@ -55,6 +55,20 @@ def test_the_estimate_matches_the_closed_form(nproc, write_spec, tmp_path):
     assert payload["steps"] == 400
 
 
+@pytest.mark.parametrize("nproc", [1, 2], ids=["one process", "two processes (gloo)"])
+def test_the_probe_measures_pairs_of_steps_against_the_closed_form(nproc, write_spec, tmp_path):
+    """At an LR too small to move the weights consecutive steps have the same true gradient, so
+    the pair's |G|² is |G|² itself; the product is of the all-reduced gradients."""
+    spec = write_spec(LEAST_SQUARES)
+    out = tmp_path / "probe"
+    result = date("probe", spec, "--share", "1", "--micro-batch", 16, "--nproc", nproc, "-o", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = [r for r in RunFolder(out / "run").read_metrics() if "grad_sq_pair" in r]
+    assert len(records) == 399  # the first step has no previous one
+    exact_sq, _ = noise_recipes.exact()
+    assert statistics.fmean(r["grad_sq_pair"] for r in records) == pytest.approx(exact_sq, rel=0.1)
+
+
 def _last_checkpoint(out):
     import torch
 
@@ -93,6 +107,39 @@ def test_the_averages_are_bias_corrected_and_skip_non_finite_samples():
         assert noise.scale == pytest.approx(trace / g2)
     assert not noise.update(math.inf, 1.0, 4, 64)  # an fp16 overflow leaves the averages alone
     assert noise.steps == 3 and noise.scale == pytest.approx(trace / g2)
+
+
+def test_pairs_of_steps_leave_a_period_two_oscillation_out():
+    """Step gradients G_t = m + (−1)^t·o with o ⊥ m: a single step's signal is |m|² + |o|², the
+    pair's |m|²; consecutive products are |m|² − |o|²."""
+    m2, o2, trace = 0.2, 1.8, 50.0
+    noise = NoiseScale(half_life=1000)
+    small, big = _norms(m2 + o2, trace)
+    assert noise.update(small, big, 64, 128, pair=0.0)  # the first step has no previous one
+    assert noise.estimate.pair_grad_sq is None
+    for _ in range(5):
+        assert noise.update(small, big, 64, 128, pair=m2 - o2)
+    assert noise.scale == pytest.approx(trace / (m2 + o2))
+    assert noise.estimate.pair_scale == pytest.approx(trace / m2)  # 10× B_simple here
+    # a left-out step breaks the chain: the next product pairs with a step not folded in
+    assert not noise.update(math.inf, big, 64, 128, pair=math.inf)
+    assert noise.update(small, big, 64, 128, pair=100.0)
+    assert noise.estimate.pair_scale == pytest.approx(trace / m2)
+    # so does a resume: the previous gradient is not in the checkpoint
+    resumed = NoiseScale(half_life=1000)
+    resumed.load_state_dict(json.loads(json.dumps(noise.state_dict())))
+    assert resumed.estimate == noise.estimate
+    assert resumed.update(small, big, 64, 128, pair=100.0)
+    assert resumed.estimate.pair_scale == pytest.approx(trace / m2)
+    # where pairs are not measured there is no pair estimate
+    plain = NoiseScale(half_life=1000)
+    plain.update(small, big, 64, 128)
+    assert plain.estimate.pair_grad_sq is None and plain.estimate.pair_scale is None
+
+
+def _norms(grad_sq: float, trace: float) -> tuple[float, float]:
+    """(s, S) of micro-batches of 64 in a batch of 128 whose unbiased estimates are these."""
+    return grad_sq + trace / 64, grad_sq + trace / 128
 
 
 def test_the_ratio_is_taken_after_smoothing():

@@ -8,9 +8,9 @@ import math
 import pytest
 
 from date_engine.errors import DateError, PlanError
-from date_engine.forecast import NoiseCurve, critical_batch, epochs_factor, forecast
+from date_engine.forecast import NoiseCurve, epochs_factor, forecast, holding_batch
 from date_engine.plan import RunPlan, derive_plan
-from date_engine.probe import NoisePoint, Probe, probe_points
+from date_engine.probe import PROBE_FORMAT, NoisePoint, Probe, probe_points
 from date_engine.spec import parse_spec
 from tests.runs import SHORT, SPEC, date
 
@@ -43,15 +43,16 @@ def test_curve_fit_recovers_a_power_law():
 
 
 def test_a_constant_noise_scale_gives_mccandlish_closed_forms():
-    """With B_noise constant, E_B/E0 = (B_noise + B)/(B_noise + B0) and f = 2 at
-    B = B_noise + 2·B0."""
+    """With B_noise constant, E_B/E0 = (B_noise + B)/(B_noise + B0) and f = 4/3 (B_hold) at
+    B = (B_noise + 4·B0)/3."""
     assert epochs_factor(FLAT, 4096, 128, 10) == pytest.approx((1000 + 4096) / (1000 + 128))
     assert epochs_factor(FLAT, 128, 128, 10) == pytest.approx(1.0)
-    assert abs(critical_batch(FLAT, 128, 10) - (1000 + 2 * 128)) <= 2
+    assert abs(holding_batch(FLAT, 128, 10) - (1000 + 4 * 128) / 3) <= 2
     ahead = forecast(FLAT, 4096, 128, 10, 60000)
     assert ahead.steps == math.ceil(ahead.epochs * 60000 / 4096)
     assert ahead.baseline_steps == math.ceil(10 * 60000 / 128)
-    assert ahead.beyond_critical and not forecast(FLAT, 512, 128, 10, 60000).beyond_critical
+    assert ahead.loses_at_same_epochs
+    assert not forecast(FLAT, 480, 128, 10, 60000).loses_at_same_epochs
 
 
 def test_a_growing_noise_scale_costs_less_than_its_start_says():
@@ -71,12 +72,15 @@ def test_budget_hold_trains_the_forecast_epochs_and_same_epochs_only_warns():
     assert hold.peak_lr == same.peak_lr and hold.warmup_epochs == same.warmup_epochs
     assert hold.lr(hold.total_iterations) <= hold.lr(same.total_iterations)  # decays over more
     symbols = [d.symbol for d in hold.derivations]
-    assert {"B_noise", "f", "B_crit", "E_tot", "I"} <= set(symbols)
+    assert {"B_noise", "f", "B_hold", "E_tot", "I"} <= set(symbols)
     assert symbols.index("f") < symbols.index("E_tot")  # derived from the forecast
     # the forecast round-trips through plan.json
-    assert RunPlan.from_dict(json.loads(json.dumps(
+    saved = json.loads(json.dumps(
         {**hold.to_dict(), "micro_batch": 1, "world_size": 1, "accumulation_steps": 4096}))
-    ).plan == hold
+    assert RunPlan.from_dict(saved).plan == hold
+    # and a run folder's plan from before B_hold (its forecast named the f = 2 batch) still reads
+    saved["forecast"]["critical_batch"] = saved["forecast"].pop("holding_batch")
+    assert RunPlan.from_dict(saved).plan.forecast.holding_batch == hold.forecast.holding_batch
     # below the baseline's batch, hold never shortens training
     assert derive_plan(_spec(budget="hold"), 64, noise_curve=FLAT).total_epochs == \
         same.total_epochs
@@ -85,12 +89,17 @@ def test_budget_hold_trains_the_forecast_epochs_and_same_epochs_only_warns():
 
 
 def test_probe_points_are_the_ratio_of_stretch_means():
-    records = [{"epoch": e, "grad_sq": g, "grad_trace": t, "loss": 1.0}
+    # the forecast's scale from the pairs' |G|², B_simple beside it from the single steps'
+    records = [{"epoch": e, "grad_sq_pair": g, "grad_sq": 2 * g, "grad_trace": t, "loss": 1.0}
                for e, g, t in ((0.1, 1.0, 10.0), (0.2, 3.0, 30.0), (0.3, 1.0, 50.0),
                                (0.4, 1.0, 70.0))]
     points = probe_points(records + [{"epoch": 0.5, "loss": 1.0}], 2)
     assert [p.noise_scale for p in points] == [pytest.approx(40 / 4), pytest.approx(60 / 1)]
+    assert [p.simple_scale for p in points] == [pytest.approx(40 / 8), pytest.approx(60 / 2)]
     assert [p.epoch for p in points] == [pytest.approx(0.1), pytest.approx(0.3)]
+    # a run that measured no pairs (date scale's own records) gives no points
+    assert probe_points([{k: v for k, v in r.items() if k != "grad_sq_pair"} for r in records],
+                        2) == ()
 
 
 def test_probe_json_is_read_back_or_refused_in_one_sentence(tmp_path):
@@ -107,7 +116,9 @@ def test_probe_json_is_read_back_or_refused_in_one_sentence(tmp_path):
         back.matching({"batch_size": 32})
     for text, fix in (("{", "not a probe written by date probe"),
                       ('{"format": 99}', "not a probe.json of this version"),
-                      ('{"format": 1, "points": []}', "incomplete")):
+                      # a probe of B_simple alone, before pairs were measured
+                      ('{"format": 1, "points": []}', "not a probe.json of this version"),
+                      (f'{{"format": {PROBE_FORMAT}, "points": []}}', "incomplete")):
         path.write_text(text)
         with pytest.raises(DateError, match=fix):
             Probe.read(path)
@@ -133,8 +144,10 @@ def test_date_probe_trains_a_share_of_the_baseline_and_writes_its_forecast(probe
     assert sum(p.noise_scale is not None and p.noise_scale > 0 for p in probe.points) >= 2
     assert (folder / "probe.png").stat().st_size > 0
     records = [json.loads(x) for x in (folder / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert all("noise_scale" in r for r in records)
-    assert "Critical batch" in result.stdout and "date plan" in result.stdout
+    assert all("noise_scale" in r and "grad_sq_pair" in r for r in records)
+    assert any(p.simple_scale is not None for p in probe.points)
+    words = " ".join(result.stdout.split())
+    assert "expected to hold accuracy at the baseline's epochs" in words and "date plan" in words
     # the folder now holds a probe: a second one into it is refused before training
     again = date("probe", SPEC, *SHORT, "-o", folder)
     assert again.returncode == 2 and "already holds a probe" in again.stderr
@@ -143,12 +156,12 @@ def test_date_probe_trains_a_share_of_the_baseline_and_writes_its_forecast(probe
 def test_plan_with_the_probe_forecasts_and_warns(probed):
     folder, _ = probed
     probe = Probe.read(folder / "probe.json")
-    crit = forecast(probe.curve, 16, 16, probe.baseline_epochs, 1437).critical_batch
-    beyond = 16 * 2 ** math.ceil(math.log2(crit / 16) + 1)
+    edge = forecast(probe.curve, 16, 16, probe.baseline_epochs, 1437).holding_batch
+    beyond = 16 * 2 ** math.ceil(math.log2(edge / 16) + 1)
     out = date("plan", SPEC, *SHORT, "--batch", beyond, "--probe", folder / "probe.json")
     assert out.returncode == 0, out.stderr
-    assert "Forecast" in out.stdout and "beyond the critical batch" in out.stdout
     words = " ".join(out.stdout.split())  # the console wraps lines
+    assert "Forecast" in words and f"is beyond {edge:,}, the largest expected to hold" in words
     assert "--budget hold trains" in words and "--budget ramp grows the batch" in words
     hold = date("plan", SPEC, *SHORT, "--batch", beyond, "--probe", folder / "probe.json",
                 "--budget", "hold", "--json")

@@ -36,6 +36,9 @@ class RunConfig:
     measure_noise: bool = True
     """Measure the gradient noise scale when a step sees two or more micro-batch gradients;
     False skips it (benchmarks/noise_overhead.py compares the two)."""
+    measure_pairs: bool = False
+    """Also measure the product of consecutive steps' gradients (the pair noise scale,
+    docs/noise.md): ``date probe`` does; it keeps a copy of the gradient between steps."""
     precision: str = "fp32"
     compile: bool = False
     backend: str | None = None

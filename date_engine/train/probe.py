@@ -65,7 +65,7 @@ def run_probe(spec_path: Path, spec: Any, recipe: Any, options: ProbeOptions, fo
         world_size=options.nproc, micro_batch=micro, output_dir=str(run_dir),
         max_steps=min(steps, plan.total_iterations),
         max_seconds=options.max_minutes * 60 if options.max_minutes else None,
-        precision=spec.train.precision)
+        precision=spec.train.precision, measure_pairs=True)
     began = time.perf_counter()
     code = launch(config, LaunchOptions(nproc=options.nproc))
     run = RunFolder(run_dir)

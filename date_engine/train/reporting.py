@@ -107,7 +107,7 @@ class RunLogger:
             rate,
             self.train_seconds(),
             spread,
-            (noise.grad_sq, noise.trace, noise.grad_sq_error) if noise is not None else None,
+            noise,
             self.batch_at(step) if self.batch_at is not None else None,
         )
 

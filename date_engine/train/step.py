@@ -8,7 +8,9 @@ the optimizer (DATE over the base) takes the step.
 The same synchronisation carries what the gradient noise scale (:mod:`date_engine.noise`) needs:
 a backward hook on every parameter adds the squared norm of each micro-batch's gradient before it
 is accumulated or all-reduced, and the step's gradient norm (taken for clipping and logging
-anyway) gives the other half. Both stay on the device until the agreement reads them.
+anyway) gives the other half. Both stay on the device until the agreement reads them. ``date
+probe`` also measures the product of each step's gradient with the previous step's (a copy of the
+gradient kept between steps; the pair noise scale of :mod:`date_engine.noise`).
 """
 
 from __future__ import annotations
@@ -58,10 +60,18 @@ class StepRunner:
         runtime: Runtime,
         accumulation: int,
         measure_noise: bool = False,
+        measure_pairs: bool = False,
     ) -> None:
         self.model, self.wrapped, self.optimizer, self.scaler = model, wrapped, optimizer, scaler
         self.recipe, self.data, self.rt, self.accumulation = recipe, data, runtime, accumulation
         self.measure_noise = measure_noise
+        self._previous: list[Tensor] | None = None
+        """The previous step's gradient (float32), where pairs are measured."""
+        if measure_noise and measure_pairs:
+            self._previous = [torch.zeros_like(p, dtype=torch.float32)
+                              for p in model.parameters() if p.requires_grad]
+        self._pair = torch.zeros((), device=runtime.device)
+        """⟨this step's gradient, the previous step's⟩, before clipping"""
         self._micro_sq = torch.zeros((), device=runtime.device)
         """Σ over this step's micro-batches of |gradient of the micro-batch's share of the loss|²"""
         add = squared_norm_hook(self._micro_sq)
@@ -92,6 +102,8 @@ class StepRunner:
         before clipping). The norm is always taken when the noise scale is measured."""
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
+        if self._previous is not None:
+            self._pair_product()
         if clip is not None:
             return torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
         if not (measure or self.measure_noise):
@@ -99,16 +111,35 @@ class StepRunner:
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         return torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
 
+    def _pair_product(self) -> None:
+        """⟨g_t, g_t−1⟩ into ``_pair`` (on the device), and this step's gradient kept for the
+        next. A parameter without a gradient this step counts as a zero gradient."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        products = []
+        for param, previous in zip(params, self._previous, strict=True):
+            if param.grad is None:
+                previous.zero_()
+                continue
+            grad = param.grad.to_dense() if param.grad.is_sparse else param.grad
+            grad = grad.float()
+            products.append(torch.vdot(grad.flatten(), previous.flatten()))
+            previous.copy_(grad)
+        self._pair = torch.stack(products).sum() if products else self._pair.zero_()
+
     def noise_sample(self, grad_norm: Tensor | None) -> Tensor | None:
-        """(mean over this process's micro-batches of |g_micro|², |g_step|²) on the device, for
-        :func:`agree`; None when the noise scale is not measured."""
+        """(mean over this process's micro-batches of |g_micro|², |g_step|²[, ⟨g_step,
+        g_previous step⟩ where pairs are measured]) on the device, for :func:`agree`; None when
+        the noise scale is not measured."""
         if not self.measure_noise or grad_norm is None:
             return None
         # each micro-batch's loss was divided by the accumulation steps, and fp16 scales it
         per_micro = self._micro_sq * self.accumulation
         if self.scaler is not None:
             per_micro = per_micro / self.scaler._get_scale_async().float().square()
-        return torch.stack([per_micro, grad_norm.detach().float().square()])
+        parts = [per_micro, grad_norm.detach().float().square()]
+        if self._previous is not None:
+            parts.append(self._pair.float())
+        return torch.stack(parts)
 
     def update(self) -> None:
         """The optimizer step (skipped by the scaler after an fp16 overflow), gradients cleared."""
@@ -130,8 +161,9 @@ class Verdict:
     """Some process was asked to stop (SIGINT/SIGTERM): stop after this step."""
     save: bool
     """Rank 0's clock says a checkpoint is due after this step."""
-    noise: tuple[float, float] | None = None
-    """The mean over every process's micro-batches of |g_micro|², and |g_step|²."""
+    noise: tuple[float, ...] | None = None
+    """The mean over every process's micro-batches of |g_micro|², |g_step|², and where pairs
+    are measured ⟨g_step, g_previous step⟩."""
 
 
 def agree(rt: Runtime, loss: Tensor, stop_requested: bool, save_due: bool,
@@ -157,7 +189,7 @@ def agree(rt: Runtime, loss: Tensor, stop_requested: bool, save_due: bool,
         dist.all_reduce(values)  # a sum: a flag is set if any process set it
         values[flags:] /= rt.world_size
     nonfinite, stop, save, *sample = values.tolist()
-    measured = (sample[0], sample[1]) if sample else None
+    measured = tuple(sample) if sample else None
     return Verdict(nonfinite > 0, stop > 0, save > 0, measured)
 
 

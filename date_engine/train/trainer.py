@@ -147,7 +147,8 @@ class Trainer:
         scaler = self.rt.grad_scaler()
         point = self._restore(found, model, optimizer, scaler)
         steps = StepRunner(model, self._wrap(model), optimizer, scaler, self.recipe, data, self.rt,
-                           self.split.accumulation_steps, measure_noise=self.noise is not None)
+                           self.split.accumulation_steps, measure_noise=self.noise is not None,
+                           measure_pairs=self.config.measure_pairs)
         try:
             summary = self._train(steps, data, point)
         finally:
@@ -582,7 +583,9 @@ class Trainer:
         if self.noise is None or verdict.noise is None:
             return None
         if split.world_size * split.accumulation_steps > 1:
-            self.noise.update(*verdict.noise, split.micro_batch, split.batch)
+            small_sq, big_sq, *pair = verdict.noise
+            self.noise.update(small_sq, big_sq, split.micro_batch, split.batch,
+                              pair[0] if pair else None)
         return self.noise.estimate
 
     def _loader(self, data: RecipeData, start: int, stop_at: int) -> torch.utils.data.DataLoader:

@@ -118,12 +118,13 @@ def _forecast_lines(plan: Plan) -> list[Text]:
                 f"measured to epoch {plan.noise_curve.last:.3g}): reaching the baseline's loss "
                 f"at batch {b:,} takes {ahead.factor:.3g} × {fmt(e0)} = {ahead.epochs:.4g} epochs, "
                 f"{ahead.steps:,} steps against the baseline's {plan.baseline_iterations:,} "
-                f"({plan.baseline_iterations / ahead.steps:.3g}× fewer); critical batch ≈ "
-                f"{ahead.critical_batch:,}.")
+                f"({plan.baseline_iterations / ahead.steps:.3g}× fewer); the largest batch "
+                f"expected to hold accuracy at the baseline's epochs ≈ {ahead.holding_batch:,}.")
     lines = [text]
-    if plan.budget == "same-epochs" and ahead.beyond_critical:
+    if plan.budget == "same-epochs" and ahead.loses_at_same_epochs:
         lines.append(Text(
-            f"warning: batch {b:,} is beyond the critical batch ({ahead.critical_batch:,}): "
+            f"warning: batch {b:,} is beyond {ahead.holding_batch:,}, the largest expected to "
+            "hold accuracy at the baseline's epochs: "
             f"training the baseline's {fmt(e0)} epochs is expected to lose accuracy; "
             f"--budget hold trains {ahead.epochs:.4g} epochs instead; --budget ramp grows the "
             f"batch to {b:,} as the run's noise scale allows, which held accuracy with fewer "

@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from date_engine.forecast import critical_batch, forecast
+from date_engine.forecast import forecast, holding_batch
 from date_engine.probe import Probe
 
 __all__ = ["FORECAST_SCALES", "probe_figure", "render_probe"]
@@ -18,12 +18,13 @@ FORECAST_SCALES = (2, 4, 8, 16, 32, 64, 128)
 
 
 def render_probe(probe: Probe, title: str) -> Group:
-    points = Table(title="Measured gradient noise scale (B_noise = tr(Σ) / |G|²)",
-                   title_justify="left")
-    for col in ("epoch", "B_noise", "|G|²", "tr(Σ)", "loss"):
+    points = Table(title="Measured gradient noise scale (B_noise = tr(Σ) / |G_pair|², the "
+                         "signal of pairs of consecutive steps; B_simple = tr(Σ) / |G|² of "
+                         "single steps, for comparison)", title_justify="left")
+    for col in ("epoch", "B_noise", "B_simple", "|G_pair|²", "tr(Σ)", "loss"):
         points.add_column(col, justify="right")
     for p in probe.points:
-        points.add_row(f"{p.epoch:.3g}", f"{p.noise_scale:,.0f}" if p.noise_scale else "—",
+        points.add_row(f"{p.epoch:.3g}", _scale(p.noise_scale), _scale(p.simple_scale),
                        f"{p.grad_sq:.4g}", f"{p.grad_trace:.4g}", f"{p.loss:.4g}")
     curve, b0, e0 = probe.curve, probe.baseline["batch_size"], probe.baseline_epochs
     n = probe.baseline["dataset_size"]
@@ -37,8 +38,8 @@ def render_probe(probe: Probe, title: str) -> Group:
         f = forecast(curve, k * b0, b0, e0, n)
         table.add_row(f"{k * b0:,}", str(k), f"{f.epochs:.3g}", f"{f.factor:.2f}",
                       f"{f.steps:,}", f"{f.speedup:.1f}×",
-                      "expected to lose accuracy" if f.beyond_critical else "holds")
-    crit = critical_batch(curve, b0, e0)
+                      "expected to lose accuracy" if f.loses_at_same_epochs else "holds")
+    hold = holding_batch(curve, b0, e0)
     lines = [
         Text(title, style="bold"),
         Text(f"Probed {probe.steps:,} of the baseline's {probe.baseline_steps:,} optimizer steps "
@@ -50,11 +51,15 @@ def render_probe(probe: Probe, title: str) -> Group:
              f"{curve.first:.3g}–{curve.last:.3g}, extrapolated to {e0:.4g}: "
              f"B_noise({e0:.4g}) ≈ {curve(e0):,.0f})."),
         table,
-        Text(f"Critical batch ≈ {crit:,}: beyond it, the baseline's epochs are forecast to need "
-             "more than twice its samples to reach its loss, and same-epoch training to lose "
-             "accuracy (docs/noise.md)."),
+        Text(f"Largest batch expected to hold accuracy at the baseline's epochs ≈ {hold:,}: "
+             "beyond it, reaching the baseline's loss is forecast to take more than a third more "
+             "epochs, and same-epoch training to lose accuracy (docs/noise.md)."),
     ]
     return Group(*lines)
+
+
+def _scale(value: float | None) -> str:
+    return f"{value:,.0f}" if value else "—"
 
 
 def probe_figure(probe: Probe, path: Path) -> Path | None:
@@ -67,7 +72,10 @@ def probe_figure(probe: Probe, path: Path) -> Path | None:
     curve, e0 = probe.curve, probe.baseline_epochs
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
     measured = [(p.epoch, p.noise_scale) for p in probe.points if p.noise_scale]
-    ax.plot(*zip(*measured), "o", label="measured (probe)")
+    ax.plot(*zip(*measured), "o", label="measured: pairs of steps (forecast)")
+    simple = [(p.epoch, p.simple_scale) for p in probe.points if p.simple_scale]
+    if simple:
+        ax.plot(*zip(*simple), "x", color="gray", label="B_simple: single steps")
     grid = [e0 * (i + 1) / 200 for i in range(200)]
     inside = [e for e in grid if e <= curve.last]
     beyond = [e for e in grid if e >= curve.last]

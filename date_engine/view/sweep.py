@@ -60,10 +60,13 @@ def _forecast(summary: SweepSummary, settings: dict[str, Any]) -> list[str]:
     if not forecast:
         return []
     rows = forecast["batches"]
+    # sweeps before B_hold recorded McCandlish's critical batch (f = 2) instead
+    edge = (f"the largest batch expected to hold at the baseline's epochs (f = 4/3) is "
+            f"{rows[0]['holding_batch']:,}" if "holding_batch" in rows[0] else
+            f"the critical batch (f = 2) is {rows[0]['critical_batch']:,}")
     lines = ["## Forecast against the result", "",
-             f"From `{forecast['probe']}` (docs/noise.md): the critical batch is "
-             f"{rows[0]['critical_batch']:,}; f is the forecast's factor on the baseline's epochs "
-             "to reach its loss.", "",
+             f"From `{forecast['probe']}` (docs/noise.md): {edge}; f is the forecast's factor on "
+             "the baseline's epochs to reach its loss.", "",
              "| batch | f | forecast epochs | forecast at the baseline's epochs "
              "| measured: holds |",
              "|---:|---:|---:|---|---|"]
