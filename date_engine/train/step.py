@@ -65,11 +65,11 @@ class StepRunner:
         self.model, self.wrapped, self.optimizer, self.scaler = model, wrapped, optimizer, scaler
         self.recipe, self.data, self.rt, self.accumulation = recipe, data, runtime, accumulation
         self.measure_noise = measure_noise
-        self._previous: list[Tensor] | None = None
-        """The previous step's gradient (float32), where pairs are measured."""
+        self._previous: Tensor | None = None
+        """The previous step's gradient, flat (float32), where pairs are measured."""
         if measure_noise and measure_pairs:
-            self._previous = [torch.zeros_like(p, dtype=torch.float32)
-                              for p in model.parameters() if p.requires_grad]
+            size = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            self._previous = torch.zeros(size, device=runtime.device)
         self._pair = torch.zeros((), device=runtime.device)
         """⟨this step's gradient, the previous step's⟩, before clipping"""
         self._micro_sq = torch.zeros((), device=runtime.device)
@@ -113,18 +113,14 @@ class StepRunner:
 
     def _pair_product(self) -> None:
         """⟨g_t, g_t−1⟩ into ``_pair`` (on the device), and this step's gradient kept for the
-        next. A parameter without a gradient this step counts as a zero gradient."""
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        products = []
-        for param, previous in zip(params, self._previous, strict=True):
-            if param.grad is None:
-                previous.zero_()
-                continue
-            grad = param.grad.to_dense() if param.grad.is_sparse else param.grad
-            grad = grad.float()
-            products.append(torch.vdot(grad.flatten(), previous.flatten()))
-            previous.copy_(grad)
-        self._pair = torch.stack(products).sum() if products else self._pair.zero_()
+        next: one flat copy, one dot product. A parameter without a gradient this step counts as
+        a zero gradient."""
+        flat = torch.cat([
+            (p.grad.to_dense() if p.grad.is_sparse else p.grad).flatten().float()
+            if p.grad is not None else torch.zeros(p.numel(), device=self._previous.device)
+            for p in self.model.parameters() if p.requires_grad])
+        self._pair = torch.vdot(flat, self._previous)
+        self._previous = flat
 
     def noise_sample(self, grad_norm: Tensor | None) -> Tensor | None:
         """(mean over this process's micro-batches of |g_micro|², |g_step|²[, ⟨g_step,
