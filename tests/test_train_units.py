@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
+import struct
 import sys
 import textwrap
 import types
@@ -114,6 +118,36 @@ def test_checkpoints_are_kept_newest_first_and_a_damaged_one_is_skipped(tmp_path
     assert found.path.name == "step-00000004.pt" and found.payload["step"] == 4
     assert found.skipped == ("step-00000006.pt: does not load (cut short or not a checkpoint)",)
     assert ckpt.newest_valid(RunFolder(tmp_path / "nothing")) is None
+
+
+def test_a_checkpoint_is_torch_saves_bytes_then_its_checksum_and_is_read_without_the_trailer(
+    tmp_path,
+):
+    """The file save_atomic streams: torch.save's bytes, a JSON record with their SHA-256, the
+    record's length and a magic word. Reading checks the hash and loads the bytes before the
+    record; a flipped byte is refused, a file without a trailer (torch.save's bytes) still loads."""
+    run = RunFolder(tmp_path)
+    for step in (2, 3):
+        ckpt.save_atomic(run, step, _payload(step), keep=2)
+    path = run.checkpoint_path(3)
+    data = path.read_bytes()
+    length, magic = struct.unpack("<Q8s", data[-16:])
+    record, body = json.loads(data[-16 - length : -16]), data[: -16 - length]
+    assert magic == b"DATECKPT" and record["step"] == 3
+    assert record["sha256"] == hashlib.sha256(body).hexdigest()
+    assert torch.load(io.BytesIO(body), weights_only=True)["step"] == 3
+    assert torch.equal(ckpt.newest_valid(run).payload["model"]["w"], torch.full((2,), 3.0))
+
+    flipped = bytearray(data)
+    flipped[len(body) // 2] ^= 0xFF
+    path.write_bytes(bytes(flipped))
+    found = ckpt.newest_valid(run)
+    assert found.payload["step"] == 2 and found.skipped == (
+        "step-00000003.pt: its bytes do not match the checksum written with it (damaged)",
+    )
+    path.write_bytes(body)
+    found = ckpt.newest_valid(run)
+    assert found.payload["step"] == 3 and found.skipped == ()
 
 
 def test_rng_state_round_trips():

@@ -25,7 +25,7 @@ import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -85,16 +85,14 @@ def save_atomic(run: RunFolder, step: int, payload: dict[str, Any], keep: int) -
     final = run.checkpoint_path(step)
     folder = final.parent
     folder.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
-    torch.save(payload, buffer)
-    body = buffer.getvalue()
     ident = plan_id(payload["plan"])
-    record = json.dumps({"sha256": hashlib.sha256(body).hexdigest(), "step": step,
-                         "plan": ident}).encode()
     tmp = folder / f".{final.name}.tmp-{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
-            f.write(body)
+            hashing = _HashingWriter(f)
+            torch.save(payload, hashing)  # streamed: no second copy of the state in memory
+            record = json.dumps({"sha256": hashing.sha256.hexdigest(), "step": step,
+                                 "plan": ident}).encode()
             f.write(record)
             f.write(_TRAILER.pack(len(record), _MAGIC))
             f.flush()
@@ -144,51 +142,114 @@ def remove_partial_writes(run: RunFolder) -> list[Path]:
 
 
 def _read(path: Path) -> tuple[str | None, dict[str, Any] | None]:
+    """Check the bytes against the trailer's checksum, then load them — both streamed from the
+    file, so reading needs no memory beyond the state it loads."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            record, body = _trailer_in(f)
+            if record is not None and _sha256(f, body) != record.get("sha256"):
+                return "its bytes do not match the checksum written with it (damaged)", None
+            f.seek(0)
+            try:
+                payload = torch.load(_Window(f, body), map_location="cpu", weights_only=True)
+            except OSError:
+                raise
+            except Exception:  # written by no version of this program, or cut short
+                return "does not load (cut short or not a checkpoint)", None
     except OSError as exc:
         return f"cannot be read ({exc.strerror})", None
-    body, record = _split(data)
-    if record is not None and hashlib.sha256(body).hexdigest() != record.get("sha256"):
-        return "its bytes do not match the checksum written with it (damaged)", None
-    try:
-        payload = torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
-    except Exception:  # written by no version of this program, or cut short
-        return "does not load (cut short or not a checkpoint)", None
     if not (isinstance(payload, dict) and all(k in payload for k in REQUIRED)
             and payload["format"] == FORMAT):
         return "is not a checkpoint of this version", None
     return None, payload
 
 
-def _split(data: bytes) -> tuple[bytes, dict[str, Any] | None]:
-    """(torch.save's bytes, the trailer's record); no record for files without a trailer."""
-    if len(data) < _TRAILER.size or data[-8:] != _MAGIC:
-        return data, None
-    length, _ = _TRAILER.unpack(data[-_TRAILER.size:])
-    end = len(data) - _TRAILER.size
+def _trailer_in(f: BinaryIO) -> tuple[dict[str, Any] | None, int]:
+    """(the trailer's record, the length of torch.save's bytes before it) of an open checkpoint
+    file; (None, the file's length) for a file without a readable trailer."""
+    size = f.seek(0, os.SEEK_END)
+    if size < _TRAILER.size:
+        return None, size
+    f.seek(size - _TRAILER.size)
+    length, magic = _TRAILER.unpack(f.read(_TRAILER.size))
+    if magic != _MAGIC or length > size - _TRAILER.size:
+        return None, size
+    f.seek(size - _TRAILER.size - length)
     try:
-        return data[: end - length], json.loads(data[end - length:end])
+        record = json.loads(f.read(length))
     except ValueError:
-        return data, None
+        return None, size
+    if not isinstance(record, dict):
+        return None, size
+    return record, size - _TRAILER.size - length
 
 
 def _trailer(path: Path) -> dict[str, Any]:
     """The record at the end of a checkpoint file, read without reading the file ({} if none)."""
     try:
         with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            if size < _TRAILER.size:
-                return {}
-            f.seek(size - _TRAILER.size)
-            length, magic = _TRAILER.unpack(f.read(_TRAILER.size))
-            if magic != _MAGIC or length > size - _TRAILER.size:
-                return {}
-            f.seek(size - _TRAILER.size - length)
-            return json.loads(f.read(length))
-    except (OSError, ValueError):
+            return _trailer_in(f)[0] or {}
+    except OSError:
         return {}
+
+
+def _sha256(f: BinaryIO, length: int, chunk: int = 1 << 24) -> str:
+    """The SHA-256 of the first ``length`` bytes of ``f``, read in chunks."""
+    f.seek(0)
+    digest, buffer = hashlib.sha256(), memoryview(bytearray(chunk))
+    while length > 0:
+        got = f.readinto(buffer[: min(chunk, length)])
+        if not got:
+            break
+        digest.update(buffer[:got])
+        length -= got
+    return digest.hexdigest()
+
+
+class _HashingWriter:
+    """What ``torch.save`` writes into: passes the bytes on to ``f`` and hashes them."""
+
+    def __init__(self, f: BinaryIO):
+        self._f, self.sha256 = f, hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.sha256.update(data)
+        return self._f.write(data)
+
+    def flush(self) -> None:
+        self._f.flush()
+
+
+class _Window(io.RawIOBase):
+    """The first ``length`` bytes of ``f`` as a file of their own (``torch.load`` finds its zip
+    directory from the end of what it reads, so the trailer must not be part of it)."""
+
+    def __init__(self, f: BinaryIO, length: int):
+        super().__init__()
+        self._f, self._length, self._pos = f, length, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._length}[whence]
+        self._pos = max(base + offset, 0)
+        return self._pos
+
+    def readinto(self, buffer) -> int:
+        want = min(len(buffer), self._length - self._pos)
+        if want <= 0:
+            return 0
+        self._f.seek(self._pos)
+        got = self._f.readinto(memoryview(buffer).cast("B")[:want])
+        self._pos += got
+        return got
 
 
 def _by_write_order(run: RunFolder) -> list[Path]:
