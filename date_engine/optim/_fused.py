@@ -24,18 +24,22 @@ How a layer's multiplier r enters each kernel, exactly (docs/performance.md, "On
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
-__all__ = ["FUSED_DTYPES", "FusedBase", "fused_base", "host_kernels", "lamb_direction_",
-           "lars_step_", "norm"]
+__all__ = ["FUSED_DTYPES", "FusedBase", "Kernel", "fused_base", "host_kernels", "kernel_exact",
+           "lamb_direction_", "lars_step_", "norm"]
 
 FUSED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-"""Parameter dtypes torch's fused CPU kernels take."""
+"""Parameter dtypes torch's fused CPU kernels take (each also passes :func:`kernel_exact`)."""
+
+Kernel = Literal["sgd", "adam", "adamw", "adagrad"]
+"""torch's fused kernels, by the name after ``torch._fused_``."""
 
 _HAS_KERNELS = all(hasattr(torch, name) for name in
                    ("_fused_sgd_", "_fused_adam_", "_fused_adamw_", "_fused_adagrad_"))
@@ -45,9 +49,10 @@ _HAS_KERNELS = all(hasattr(torch, name) for name in
 _NO_BIAS_CORRECTION = torch.tensor(float(2**62))
 
 
-def host_kernels(tensors: Sequence[Tensor]) -> bool:
-    """Whether the per-layer fused kernels serve these tensors: torch has them, every tensor is a
-    dense, contiguous CPU tensor of a dtype they take, and so is its gradient."""
+def host_kernels(tensors: Sequence[Tensor], kernel: Kernel) -> bool:
+    """Whether torch's fused ``kernel`` serves these tensors, one call per layer: torch has it,
+    every tensor is a dense, contiguous CPU tensor of a dtype it takes and computes right
+    (:func:`kernel_exact`), and so is its gradient."""
     if not _HAS_KERNELS:
         return False
     for t in tensors:
@@ -56,13 +61,49 @@ def host_kernels(tensors: Sequence[Tensor]) -> bool:
             return False
         if g is not None and (g.is_sparse or g.dtype != t.dtype or not g.is_contiguous()):
             return False
-    return True
+    return all(kernel_exact(kernel, dtype) for dtype in {t.dtype for t in tensors})
+
+
+@functools.cache
+def kernel_exact(kernel: Kernel, dtype: torch.dtype) -> bool:
+    """Whether torch's fused CPU ``kernel`` takes a step right on ``dtype`` tensors, checked once
+    per process on 33 elements (a vectorised body and a tail for every SIMD width up to 32).
+
+    From 1 with gradient 1 and lr 0.5, every kernel's first step lands exactly on 0.5 (SGD with
+    and without momentum: w − lr·g; Adam and AdamW with β1 = β2 = ε = 0: w − lr·g/√g²; AdaGrad
+    with ε = 0: the same). torch 2.13's CPU ``_fused_sgd_``
+    fails this in float16 and bfloat16: it updates the momentum buffer but writes the parameter
+    only in the scalar tail (docs/optimizer.md, "Every dtype"), so those dtypes take the
+    multi-tensor path instead.
+    """
+    w, g = torch.ones(33, dtype=dtype), torch.ones(33, dtype=dtype)
+    options = dict(weight_decay=0.0, maximize=False)
+    if kernel == "sgd":
+        ok = True
+        for momentum in (0.0, 0.9):
+            p, buf = w.clone(), torch.zeros_like(w)
+            torch._fused_sgd_([p], [g], [buf] if momentum else [], lr=0.5, momentum=momentum,
+                              dampening=0.0, nesterov=False, is_first_step=False, **options)
+            ok = ok and bool((p == 0.5).all())
+        return ok
+    p, step = w.clone(), torch.zeros((), dtype=torch.float32)
+    step += 1
+    if kernel == "adagrad":
+        torch._fused_adagrad_([p], [g], [torch.zeros_like(w)], [step], lr=0.5, lr_decay=0.0,
+                              eps=0.0, **options)
+    else:
+        fused = torch._fused_adamw_ if kernel == "adamw" else torch._fused_adam_
+        fused([p], [g], [torch.zeros_like(w)], [torch.zeros_like(w)], [], [step], lr=0.5,
+              beta1=0.0, beta2=0.0, eps=0.0, amsgrad=False, **options)
+    return bool((p == 0.5).all())
 
 
 class FusedBase:
     """How one torch optimizer class takes a step at a per-layer rate through a fused kernel."""
 
     name = ""
+    kernel: Kernel = "adam"
+    """The torch kernel this step calls."""
     placement = "update"
     """Where DATE's ratio enters the step this kernel takes (catalog.Placement)."""
 
@@ -91,6 +132,7 @@ class _Adam(FusedBase):
     def __init__(self, decoupled: bool) -> None:
         self.decoupled = decoupled
         self.name = "AdamW" if decoupled else "Adam"
+        self.kernel = "adamw" if decoupled else "adam"
 
     def supports(self, group: dict[str, Any]) -> bool:
         return super().supports(group) and not any(torch.is_tensor(b) for b in group["betas"])
@@ -123,6 +165,7 @@ class _Adam(FusedBase):
 
 class _Adagrad(FusedBase):
     name = "Adagrad"
+    kernel = "adagrad"
 
     def step(self, group, params, rates, state, scratch) -> None:
         for p in params:
@@ -172,6 +215,7 @@ class _SGD(FusedBase):
     placement), not the step."""
 
     name = "SGD"
+    kernel = "sgd"
     placement = "gradient"
 
     def supports(self, group: dict[str, Any]) -> bool:

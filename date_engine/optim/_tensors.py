@@ -69,6 +69,12 @@ def decay_add_(
     if not bufs:
         return
     if bufs[0].device.type == "cpu":
+        if bufs[0].dtype not in (torch.float32, torch.float64):
+            # float16/bfloat16 would round the factor itself (0.9 → 0.8984 in bfloat16); as a
+            # Python number (free on the host) it enters in float32, as torch's own ops take it
+            for b, t, f in zip(bufs, tensors, factors.tolist()):
+                b.mul_(beta).add_(t, alpha=f)
+            return
         for b, t, f in zip(bufs, tensors, factors.to(bufs[0].dtype).unbind(0)):
             if b.is_contiguous() and t.is_contiguous():
                 b.view(-1, 1).addr_(t.reshape(-1), f.view(1), beta=beta)

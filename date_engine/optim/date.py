@@ -252,7 +252,7 @@ class DATE(Optimizer):
     def _fused_kernel(self, entries) -> FusedBase | None:
         """The base's fused per-layer step, if it serves every parameter and group this step."""
         kernel = self._fused
-        if kernel is None or not host_kernels([p for p, _, _ in entries]):
+        if kernel is None or not host_kernels([p for p, _, _ in entries], kernel.kernel):
             return None
         groups = {id(g): g for _, g, _ in entries}.values()
         return kernel if all(kernel.supports(g) for g in groups) else None
@@ -347,9 +347,10 @@ def _sgd_update(
                     bufs[i] = state[p]["momentum_buffer"] = (g * rr).detach()
                 else:
                     bufs[i].mul_(mu).add_(g * ((1 - tau) * rr))
-        if nesterov:
-            torch._foreach_addcmul_(params, grads, scalars(-lr * r))
-            torch._foreach_add_(params, bufs, alpha=-lr * mu)
+        if nesterov:  # w -= lr·(d + μ·buf), d formed first as torch does: one rounding of w
+            d = torch._foreach_mul(grads, scalars(r))
+            torch._foreach_add_(d, bufs, alpha=mu)
+            torch._foreach_add_(params, d, alpha=-lr)
         else:
             torch._foreach_add_(params, bufs, alpha=-lr)
         return

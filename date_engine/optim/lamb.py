@@ -82,7 +82,7 @@ class LAMB(LayerwiseOptimizer):
         by_step: dict[int, list[Tensor]] = {}
         for p in params:
             by_step.setdefault(self.state[p]["step"], []).append(p)
-        host = self.fused and host_kernels(params)
+        host = self.fused and host_kernels(params, "adamw")
         self.implementation = "fused" if host else "foreach"
         for t, ps in by_step.items():
             (self._update_host if host else self._update_at)(ps, group, t)

@@ -60,7 +60,7 @@ class LARS(LayerwiseOptimizer):
         return bufs
 
     def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
-        self.implementation = "fused" if self.fused and host_kernels(params) else "foreach"
+        self.implementation = "fused" if self.fused and host_kernels(params, "sgd") else "foreach"
         if self.implementation == "fused":
             self._update_host(params, group)
             return
