@@ -19,6 +19,7 @@ This module is probe.json's format and reading, without torch (the plan reads it
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -91,6 +92,22 @@ class Probe:
     """The file it was read from (not written)."""
 
     def __post_init__(self) -> None:
+        for name in ("steps", "baseline_steps", "micro_batch", "world_size",
+                     "accumulation_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive whole number")
+        if self.steps > self.baseline_steps:
+            raise ValueError("steps is larger than baseline_steps")
+        for name in ("baseline_epochs", "epochs", "wall_seconds"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0) or (value == 0 and name != "wall_seconds"):
+                raise ValueError(f"{name} must be a finite positive number")
+        for i, point in enumerate(self.points):
+            values = (point.epoch, point.noise_scale, point.grad_sq, point.grad_trace, point.loss,
+                      point.simple_scale)
+            if not all(v is None or math.isfinite(v) for v in values) or point.epoch <= 0:
+                raise ValueError(f"points.{i}: every value must be a finite number, the epoch "
+                                 "positive")
         object.__setattr__(self, "curve", NoiseCurve.fit(
             [(p.epoch, p.noise_scale) for p in self.points]))
 
@@ -109,26 +126,40 @@ class Probe:
 
     @classmethod
     def read(cls, path: str | Path) -> Probe:
-        """probe.json as ``date probe`` wrote it, or a DateError naming the file and the fix."""
+        """probe.json as ``date probe`` wrote it, or a DateError naming the file, the field and
+        the fix. Only a regular file is opened (a FIFO or a device would block the read)."""
+        from pydantic import TypeAdapter, ValidationError
+
         path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
+        again = "run date probe SPEC again"
+        if not path.exists():
             raise DateError(f"probe {path}: no such file; run date probe SPEC first (it writes "
-                            "probe.json) and pass that file to --probe.") from None
+                            "probe.json) and pass that file to --probe.")
+        if not path.is_file():
+            raise DateError(f"probe {path}: not a regular file; pass the probe.json that date "
+                            "probe wrote.")
+        try:
+            text = path.read_text(encoding="utf-8")
+            data = json.loads(text)
         except (OSError, ValueError) as exc:
-            raise DateError(f"probe {path}: not a probe written by date probe ({exc}); run "
-                            "date probe SPEC again.") from None
+            raise DateError(f"probe {path}: not a probe written by date probe ({exc}); "
+                            f"{again}.") from None
         if not isinstance(data, dict) or data.get("format") != PROBE_FORMAT:
             raise DateError(f"probe {path}: not a probe.json of this version of date_engine "
-                            f"(format {PROBE_FORMAT}); run date probe SPEC again.")
+                            f"(format {PROBE_FORMAT}); {again}.")
+        data.pop("curve", None)
+        data.pop("path", None)
         try:
-            data.pop("curve", None)
-            data["points"] = tuple(NoisePoint(**p) for p in data["points"])
-            return cls(**data, path=str(path))
-        except (TypeError, KeyError, ValueError) as exc:
-            raise DateError(f"probe {path}: incomplete ({exc}); run date probe SPEC "
-                            "again.") from None
+            probe = TypeAdapter(cls).validate_json(json.dumps(data), strict=True)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"]) or "the top level"
+            raise DateError(f"probe {path}: {where}: {err['msg'][0].lower()}{err['msg'][1:]}; "
+                            f"{again}.") from None
+        except ValueError as exc:  # the checks of __post_init__
+            raise DateError(f"probe {path}: {exc}; {again}.") from None
+        object.__setattr__(probe, "path", str(path))
+        return probe
 
     def matching(self, identity: dict[str, Any]) -> Probe:
         """This probe, if it measured the baseline ``identity`` describes

@@ -378,20 +378,53 @@ _Loader.add_implicit_resolver(
 )
 
 
-def _yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)
+MAX_VALUES = 10_000
+"""The most values (mappings, lists and scalars, each alias counted as what it stands for) a spec
+may hold: a real one holds a few dozen, and a file of nested aliases ("billion laughs") would
+otherwise expand past any memory in the checks that walk it."""
 
 
-def _refuse_cycles(value: Any, source: str, path: tuple[str, ...] = (), seen: tuple = ()) -> None:
-    """A YAML alias that contains itself (``a: &x [*x]``) cannot be a spec."""
-    if isinstance(value, (dict, list)):
-        if any(value is s for s in seen):
-            where = ".".join(path) or "the top level"
-            raise SpecError(f"{source}: {where} refers to itself through a YAML alias (&anchor "
-                            "... *anchor); write the value out.")
-        items = value.items() if isinstance(value, dict) else enumerate(value)
-        for key, child in items:
-            _refuse_cycles(child, source, (*path, str(key)), (*seen, value))
+def _yaml(text: str, source: str) -> Any:
+    """The YAML document in ``text``, once its node graph is known to be no cycle and to expand
+    to at most :data:`MAX_VALUES` values — measured on the graph, in time linear in its size."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, source, {}, set(), ())
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(node: yaml.Node, source: str, sizes: dict[int, int], open_: set[int],
+                   path: tuple[str, ...]) -> int:
+    """How many values ``node`` stands for with every alias written out (memoised per node, so a
+    shared node is counted, not walked, again); a SpecError for a node that contains itself or a
+    document past :data:`MAX_VALUES`."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    where = ".".join(path) or "the top level"
+    if key in open_:
+        raise SpecError(f"{source}: {where} refers to itself through a YAML alias (&anchor ... "
+                        "*anchor); write the value out.")
+    open_.add(key)
+    size = 1
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            size += _expanded_size(k, source, sizes, open_, path)
+            size += _expanded_size(v, source, sizes, open_, (*path, str(k.value)))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, child in enumerate(node.value):
+            size += _expanded_size(child, source, sizes, open_, (*path, str(i)))
+    open_.discard(key)
+    if size > MAX_VALUES:
+        raise SpecError(f"{source}: {where} expands to more than {MAX_VALUES:,} values through "
+                        "its YAML aliases; a spec holds a few dozen — write the values out.")
+    sizes[key] = size
+    return size
 
 
 def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> Spec:
@@ -409,7 +442,7 @@ def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> Spec:
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"{path}: cannot be read ({exc}); check the file's permissions.") from exc
     try:
-        raw = _yaml(text)
+        raw = _yaml(text, str(path))
     except _DuplicateKey as exc:
         mark = exc.problem_mark
         raise SpecError(f"{path}: line {mark.line + 1}, column {mark.column + 1}: "
@@ -419,7 +452,6 @@ def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> Spec:
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply to be a spec; check its YAML aliases.") \
             from None
-    _refuse_cycles(raw, str(path))
     return parse_spec(raw, overrides=overrides, source=str(path))
 
 
@@ -473,7 +505,7 @@ def _split_override(override: str) -> tuple[str, Any]:
             "e.g. --set baseline.lr=0.1 or --set date.scaling=linear."
         )
     try:
-        value = _yaml(text) if text.strip() else None
+        value = _yaml(text, f"--set {override!r}") if text.strip() else None
     except yaml.YAMLError:
         raise SpecError(
             f"--set {override!r}: the value is not valid YAML; quote it, e.g. --set {key}='...'."

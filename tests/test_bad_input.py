@@ -64,6 +64,31 @@ def test_spec_values(spec_file, text, words):
     refused(invoke("plan", spec_file(text), "--batch", 64), *words)
 
 
+def alias_bomb(levels=9, fan=9) -> str:
+    """YAML whose every level lists the one before ``fan`` times: fan**levels values in all."""
+    lines = ["l0: &l0 [x]"]
+    for i in range(1, levels + 1):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * fan) + "]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("where", ["file", "--set"])
+def test_a_yaml_alias_bomb_is_refused_in_bounded_time(spec_file, where):
+    """9 levels of 9 aliases (387 million values written out) once ran for ever in the key check;
+    the size is now counted on the YAML's node graph, where each node is seen once."""
+    from tests.runs import date
+
+    if where == "file":
+        args = ["plan", spec_file(alias_bomb() + BASE), "--batch", 64]
+    else:
+        bomb = "{" + alias_bomb().strip().replace("\n", ", ") + "}"
+        args = ["plan", spec_file(BASE), "--batch", 64, "--set", f"model={bomb}"]
+    result = date(*args, timeout=60)  # fails on a hang
+    assert result.returncode == 2 and "expands to more than 10,000 values" in result.stderr, \
+        result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_batches_that_would_take_long_to_refuse_are_quick(spec_file):
     path = spec_file("baseline: {batch_size: 549755813888, lr: 0.001, warmup_epochs: 0, "
                      "iterations: 10, dataset_size: 1000000000000}\n")
@@ -179,3 +204,96 @@ def test_fuzz_spec_files(spec_file, sections, start_valid, recipe, batch):
     assert result.exit_code in (0, 2), (raw, result.output)
     assert result.exception is None or isinstance(result.exception, SystemExit), \
         (raw, repr(result.exception))
+
+
+def digits_probe() -> dict:
+    """probe.json of the shipped lenet-digits baseline, as date probe writes it."""
+    import json
+
+    from date_engine import load_spec
+    from date_engine.probe import NoisePoint, Probe, baseline_identity
+
+    probe = Probe(baseline=baseline_identity(load_spec(DIGITS), 1437), baseline_epochs=60.0,
+                  steps=431, baseline_steps=5389, epochs=4.8, micro_batch=8, world_size=1,
+                  accumulation_steps=2, wall_seconds=3.0,
+                  points=(NoisePoint(0.6, 40.0, 1.0, 40.0, 2.0, 30.0),
+                          NoisePoint(1.8, 60.0, 0.5, 30.0, 1.0, 40.0),
+                          NoisePoint(4.2, 90.0, 0.25, 22.5, 0.5, 50.0)))
+    return json.loads(json.dumps(probe.to_dict()))
+
+
+def test_a_probe_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path):
+    """A FIFO given as --probe once blocked `date plan` forever in its read."""
+    import os
+
+    from tests.runs import date
+
+    fifo = tmp_path / "probe.json"
+    os.mkfifo(fifo)
+    result = date("plan", DIGITS, "--batch", 256, "--probe", fifo, timeout=60)  # fails on a hang
+    assert result.returncode == 2 and "not a regular file" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("change, words", [
+    (("baseline", "set", [1, 2]), ["baseline", "should be an object"]),  # was AttributeError
+    (("steps", "set", 1.5), ["steps", "valid integer"]),
+    (("steps", "set", 0), ["steps must be a positive"]),
+    (("points", "set", "none"), ["points", "valid"]),
+    (("baseline_epochs", "del", None), ["baseline_epochs", "required"]),
+])
+def test_a_malformed_probe_field_is_named(tmp_path, change, words):
+    import json
+
+    data = digits_probe()
+    key, how, value = change
+    if how == "del":
+        del data[key]
+    else:
+        data[key] = value
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(data))
+    refused(invoke("plan", DIGITS, "--batch", 256, "--probe", path), str(path), *words)
+
+
+PROBE_FIELDS = sorted(digits_probe()) + ["baseline." + k for k in digits_probe()["baseline"]] + \
+    [f"points.{i}.{k}" for i in range(3) for k in digits_probe()["points"][0]]
+PROBE_VALUES = st.one_of(SCALARS, st.lists(SCALARS, max_size=3),
+                         st.dictionaries(st.sampled_from(["epoch", "batch_size", "x"]), SCALARS,
+                                         max_size=2))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(changes=st.lists(st.tuples(st.sampled_from(PROBE_FIELDS), st.booleans(), PROBE_VALUES),
+                        min_size=1, max_size=3), budget=st.sampled_from(["same-epochs", "hold",
+                                                                          "ramp"]))
+def test_fuzz_probe_files(tmp_path, changes, budget):
+    """Any probe.json with fields changed or removed: `date plan --probe` exits 0 or 2, with no
+    traceback and no hang."""
+    import json
+
+    data = digits_probe()
+    for dotted, remove, value in changes:
+        *parents, last = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node.get(part)
+            if not isinstance(node, (dict, list)):
+                break
+        else:
+            if isinstance(node, list):
+                if int(last) < len(node):
+                    node[int(last)] = value
+            elif remove:
+                node.pop(last, None)
+            else:
+                node[last] = value
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(data))
+    began = time.perf_counter()
+    result = invoke("plan", DIGITS, "--batch", 256, "--probe", path, "--budget", budget, "--json")
+    assert time.perf_counter() - began < 5, data
+    assert result.exit_code in (0, 2), (data, result.output)
+    assert result.exception is None or isinstance(result.exception, SystemExit), \
+        (data, repr(result.exception))

@@ -118,7 +118,7 @@ def test_probe_json_is_read_back_or_refused_in_one_sentence(tmp_path):
                       ('{"format": 99}', "not a probe.json of this version"),
                       # a probe of B_simple alone, before pairs were measured
                       ('{"format": 1, "points": []}', "not a probe.json of this version"),
-                      (f'{{"format": {PROBE_FORMAT}, "points": []}}', "incomplete")):
+                      (f'{{"format": {PROBE_FORMAT}, "points": []}}', "field required")):
         path.write_text(text)
         with pytest.raises(DateError, match=fix):
             Probe.read(path)
