@@ -11,6 +11,7 @@ from date_engine.errors import DateError
 
 __all__ = [
     "BACKENDS",
+    "a_path",
     "check_backend",
     "check_endpoint",
     "check_port",
@@ -21,6 +22,14 @@ __all__ = [
 
 BACKENDS = ("gloo", "nccl", "mpi")
 """torch.distributed's process-group backends."""
+
+
+def a_path(text: str, option: str) -> Path:
+    """``text`` as a path, refused when empty or blank: ``Path("")`` is ``.``, and a run
+    folder or a file written there would land among the user's own files."""
+    if not str(text).strip():
+        raise DateError(f"{option}: an empty path; give a file or folder name.")
+    return Path(text)
 
 
 def output_folder(path: str | Path, option: str) -> Path:

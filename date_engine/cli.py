@@ -15,6 +15,7 @@ from rich.console import Console
 
 from date_engine.catalog import step_path
 from date_engine.checks import (
+    a_path,
     check_backend,
     check_endpoint,
     check_port,
@@ -43,6 +44,19 @@ def _opt(*names: str, help: str, **kwargs) -> typer.models.OptionInfo:
                         **kwargs)
 
 
+def _path(text: str) -> Path:
+    """A path option's text as a Path, refused when empty or blank (``Path("")`` is ``.``)."""
+    try:
+        return a_path(text, "the path")
+    except DateError:
+        raise typer.BadParameter("an empty path; give a file or folder name.") from None
+
+
+def _path_opt(*names: str, help: str) -> typer.models.OptionInfo:
+    """An option that names a file or folder."""
+    return _opt(*names, help=help, parser=_path, metavar="PATH")
+
+
 def _flag(*names: str, help: str, **kwargs) -> typer.models.OptionInfo:
     """An on/off option: given or not, it takes no value."""
     return typer.Option(*names, help=help, metavar=" ", show_default=False, **kwargs)
@@ -60,7 +74,7 @@ MicroOpt = Annotated[Optional[int], _opt(
 SetOpt = Annotated[Optional[list[str]], _opt(
     "--set", metavar="KEY=VALUE", help="Override a spec value, e.g. --set baseline.lr=0.1 "
     "(repeatable).")]
-ProbeOpt = Annotated[Optional[Path], _opt(
+ProbeOpt = Annotated[Optional[Path], _path_opt(
     "--probe", help="probe.json from date probe of this baseline: forecast what holding its "
     "loss costs at BATCH (sets date.probe).")]
 BudgetOpt = Annotated[Optional[str], _opt(
@@ -116,7 +130,7 @@ def _spec(arg: str, overrides: list[str] | None, probe: Path | None = None,
             raise DateError(f"--budget: must be one of {', '.join(budgets)}; got {budget!r}.")
         overrides.append(f"date.budget={json.dumps(budget)}")
 
-    path = Path(arg)
+    path = a_path(arg, "SPEC")
     if not path.exists() and path.suffix == "" and len(path.parts) == 1:
         shipped = shipped_specs()
         if arg not in shipped:
@@ -134,7 +148,7 @@ def plan_command(
     spec_arg: SpecArg, batch: BatchOpt, nproc: NprocOpt = 1, micro_batch: MicroOpt = None,
     overrides: SetOpt = None, probe: ProbeOpt = None, budget: BudgetOpt = None,
     as_json: Annotated[bool, _flag("--json", help="Print the plan as one JSON object.")] = False,
-    plot: Annotated[Optional[Path], _opt(
+    plot: Annotated[Optional[Path], _path_opt(
         "--plot", help="Also draw the LR curve into this PNG (or .pdf, .svg).")] = None,
     compare: Annotated[bool, _flag("--compare", help="Show beside it the other rule (the "
                                    "paper's, or DATE's default) and linear scaling + constant "
@@ -200,7 +214,7 @@ def _print_plan(path: Path, spec: Spec, planned, others) -> None:
 
 # ---------------------------------------------------------------------------------- date scale
 
-OutputOpt = Annotated[Optional[Path], _opt(
+OutputOpt = Annotated[Optional[Path], _path_opt(
     "--output-dir", "-o", help="Run folder (default: train.output_dir, else "
     "runs/<recipe>-B<batch>, then -2, -3, ... for each new run).")]
 ResumeOpt = Annotated[bool, _flag(
@@ -256,6 +270,9 @@ def scale_command(
     """Train the spec's recipe at BATCH with the DATE plan: one process, several, or nodes."""
     with user_errors():
         path, spec = _spec(spec_arg, overrides, probe, budget)
+        if recipe is not None and not recipe.strip():
+            raise DateError("--recipe: empty; give a recipe name (date recipes lists them) or "
+                            "package.module:function.")
         size, recipe_ref = parse_size(batch, "--batch"), recipe or spec.recipe
         found = _recipe_to_train(path, spec, recipe_ref, option=True)
         if precision is not None and precision not in ("fp32", "bf16", "fp16"):
@@ -359,7 +376,7 @@ MinutesOpt = Annotated[Optional[float], _opt(
 ProbeMicroOpt = Annotated[Optional[int], _opt(
     "--micro-batch", help="Samples per process per pass (default: half the baseline's batch on one "
     "process, each process's share on several: two or more gradients per step).")]
-ProbeOutputOpt = Annotated[Optional[Path], _opt(
+ProbeOutputOpt = Annotated[Optional[Path], _path_opt(
     "--output-dir", "-o", help="Probe folder: probe.json, probe.png and the training run "
     "(default: runs/<recipe>-probe, then -2, -3, ...).")]
 
@@ -426,7 +443,7 @@ RepeatsOpt = Annotated[int, typer.Option(
     "--repeats", "-r", min=1, help="Seeds per cell: train.seed, train.seed + 1, ...")]
 JobsOpt = Annotated[int, typer.Option(
     "--jobs", "-j", min=1, help="Cells trained at once (the CPU threads are shared out).")]
-SweepOutputOpt = Annotated[Optional[Path], _opt(
+SweepOutputOpt = Annotated[Optional[Path], _path_opt(
     "--output-dir", "-o", help="Sweep folder (default: sweeps/<spec name>).")]
 GridOpt = Annotated[str, typer.Option(
     "--lr-grid", help="Peak LRs tried by lars, lamb and adam; the best per batch is kept.")]
@@ -451,7 +468,7 @@ def sweep_command(
     repeats: RepeatsOpt = 1, nproc: NprocOpt = 1, jobs: JobsOpt = 1,
     output_dir: SweepOutputOpt = None, overrides: SetOpt = None, lr_grid: GridOpt = DEFAULT_LR_GRID,
     tolerance: ToleranceOpt = "1%", evals: EvalsOpt = 10, report_only: ReportOnlyOpt = False,
-    probe: Annotated[Optional[Path], _opt(
+    probe: Annotated[Optional[Path], _path_opt(
         "--probe", help="probe.json of the baseline: the report puts each batch's forecast beside "
         "what its cells measured, and --budgets hold and ramp train with it.")] = None,
     budgets: BudgetsOpt = None,
@@ -560,7 +577,8 @@ def recipes_copy_command(
                                         "recipes; their YAMLs carry these names).",
                                         show_default=False)],
     dest: Annotated[Optional[Path], typer.Argument(
-        help="Where to write it (default: NAME.yaml here).", show_default=False)] = None,
+        help="Where to write it (default: NAME.yaml here).", show_default=False,
+        parser=_path)] = None,
     force: Annotated[bool, _flag("--force", help="Overwrite DEST if it exists.")] = False,
 ) -> None:
     """Copy a shipped baseline YAML to start your own spec from."""
@@ -594,8 +612,8 @@ def data_prepare_command(
     name: Annotated[str, typer.Argument(help="mnist | fashion-mnist | shakespeare | en-de",
                                         show_default=False)],
     dest: Annotated[Path, typer.Argument(help="Folder to write (train.data_dir of the recipe).",
-                                         show_default=False)],
-    source: Annotated[Optional[Path], _opt(
+                                         show_default=False, parser=_path)],
+    source: Annotated[Optional[Path], _path_opt(
         "--source", help="Where the source lies, when not where it installs by default.")] = None,
 ) -> None:
     """Write a real data set in the format its recipes read (substitutes are named as such)."""

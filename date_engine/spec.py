@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -67,6 +68,17 @@ def _stray_option(section: BaseModel, key: str, allowed: Mapping[str, Any]) -> s
 def _resolved(section: BaseModel, defaults: Mapping[str, Any]) -> dict[str, Any]:
     """Every option in ``defaults``: the section's value where it sets one, else the default."""
     return {k: (v if (v := getattr(section, k)) is not None else d) for k, d in defaults.items()}
+
+
+def _a_path(text: str) -> str:
+    if not text.strip():
+        raise ValueError("an empty path; give a file or folder, or leave the key out")
+    return text
+
+
+PathText = Annotated[str, AfterValidator(_a_path)]
+"""A path as the user wrote it; empty or blank text is refused (as a path it would be '.', the
+folder date runs in)."""
 
 
 # Bounds that no real run reaches and that keep every derived number finite and every loop short.
@@ -248,7 +260,7 @@ class DateSpec(_Section):
     """budget ramp: ρ — a rung B_j is reached once the noise scale is B_j / ρ (1: the batch
     never passes the noise scale, each stretch costs at most 2× its fewest samples; 2: up to
     twice it, at most 3× the samples, fewer steps; docs/noise.md)."""
-    probe: str | None = Field(default=None, min_length=1)
+    probe: PathText | None = None
     """probe.json written by ``date probe`` for this baseline (a path from the directory date
     runs in): the plan then forecasts what holding accuracy costs at the target batch."""
 
@@ -264,9 +276,9 @@ class TrainSpec(_Section):
     """Seed for model initialisation, data order and every process's random state."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """Compute precision (bf16 and fp16 on CUDA only; fp16 runs with a GradScaler)."""
-    output_dir: str | None = None
+    output_dir: PathText | None = None
     """Where runs write checkpoints, metrics and reports (default: runs/<recipe>-B<batch>)."""
-    data_dir: str | None = None
+    data_dir: PathText | None = None
     """Where the recipe's data set lies on disk (recipes that read files)."""
     checkpoint_every: PositiveInt | None = None
     """Optimizer steps between checkpoints. Default: by time, see ``checkpoint_minutes``. One is

@@ -278,7 +278,10 @@ def test_fuzz_probe_files(tmp_path, changes, budget):
         *parents, last = dotted.split(".")
         node = data
         for part in parents:
-            node = node[int(part)] if isinstance(node, list) else node.get(part)
+            if isinstance(node, list):
+                node = node[int(part)] if int(part) < len(node) else None
+            else:
+                node = node.get(part)
             if not isinstance(node, (dict, list)):
                 break
         else:
@@ -297,3 +300,37 @@ def test_fuzz_probe_files(tmp_path, changes, budget):
     assert result.exit_code in (0, 2), (data, result.output)
     assert result.exception is None or isinstance(result.exception, SystemExit), \
         (data, repr(result.exception))
+
+
+EMPTY_PATHS = [
+    ["plan", "{}", "--batch", 256],
+    ["plan", DIGITS, "--batch", 256, "--probe", "{}"],
+    ["plan", DIGITS, "--batch", 256, "--plot", "{}"],
+    ["scale", "{}", "--batch", 256, "--dry-run"],
+    ["scale", DIGITS, "--batch", 256, "-o", "{}"],
+    ["scale", DIGITS, "--batch", 256, "--output-dir", "{}", "--dry-run"],
+    ["scale", DIGITS, "--batch", 256, "--probe", "{}"],
+    ["scale", DIGITS, "--batch", 256, "--recipe", "{}"],
+    ["scale", DIGITS, "--batch", 256, "--set", "train.output_dir='{}'"],
+    ["scale", DIGITS, "--batch", 256, "--set", "train.data_dir='{}'"],
+    ["scale", DIGITS, "--batch", 256, "--set", "date.probe='{}'"],
+    ["probe", DIGITS, "-o", "{}"],
+    ["sweep", DIGITS, "--batches", 64, "-o", "{}"],
+    ["sweep", DIGITS, "--batches", 64, "--probe", "{}"],
+    ["recipes", "copy", "lenet-digits", "{}"],
+    ["data", "prepare", "mnist", "{}"],
+    ["data", "prepare", "mnist", "out", "--source", "{}"],
+]
+
+
+@pytest.mark.parametrize("blank", ["", "  "], ids=["empty", "blank"])
+@pytest.mark.parametrize("args", EMPTY_PATHS, ids=lambda a: " ".join(map(str, a[:2] + a[-2:])))
+def test_an_empty_path_is_refused_before_anything_is_written(tmp_path, monkeypatch, args, blank):
+    """`date scale … -o ''` once trained into the current folder and replaced the user's
+    spec.yaml there: every path option of every command refuses empty or blank text."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spec.yaml").write_text("mine\n")
+    result = invoke(*[str(a).replace("{}", blank) for a in args])
+    refused(result, "empty")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
+    assert (tmp_path / "spec.yaml").read_text() == "mine\n"
