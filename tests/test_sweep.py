@@ -109,6 +109,34 @@ def test_a_rerun_skips_finished_cells(swept):
     )  # the run that trained the cells
 
 
+def test_a_finished_cell_that_lost_its_summary_is_finished_again(swept, tmp_path):
+    """A cell whose summary.json was lost once exited 0 "already finished" and the sweep called it
+    failed, for ever. Now its summary is written again from the final checkpoint and the final
+    evaluation in metrics.jsonl; a cell that lost that evaluation too evaluates its final
+    checkpoint."""
+    import shutil
+
+    out = tmp_path / "digits"
+    shutil.copytree(swept[0], out)
+    before = {c: json.loads((out / "cells" / c / "summary.json").read_text())
+              for c in ("date-B64-s0", "linear-B64-s0")}
+    (out / "cells" / "date-B64-s0" / "summary.json").unlink()
+    linear = out / "cells" / "linear-B64-s0"
+    (linear / "summary.json").unlink()
+    lines = (linear / "metrics.jsonl").read_text().splitlines()
+    (linear / "metrics.jsonl").write_text("\n".join(x for x in lines if '"eval"' not in x) + "\n")
+    result = date("sweep", SPEC, "--batches", "64", "--schemes", "date,linear", "--tolerance", "5",
+                  "--jobs", "2", *SHORT, "-o", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = list(csv.DictReader((out / "results.csv").read_text().splitlines()))
+    assert [r["status"] for r in rows] == ["done"] * 3
+    for cell, old in before.items():
+        new = json.loads((out / "cells" / cell / "summary.json").read_text())
+        assert new["metric"] == pytest.approx(old["metric"]) and new["steps"] == old["steps"]
+    assert "written again" in (out / "cells" / "date-B64-s0" / "log.txt").read_text()
+    assert "evaluating that checkpoint" in (linear / "log.txt").read_text()
+
+
 def test_an_interrupted_sweep_resumes_its_cell_exactly(tmp_path):
     out = tmp_path / "sweep"
     args = [

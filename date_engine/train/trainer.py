@@ -382,12 +382,37 @@ class Trainer:
                                       self.spec.fingerprint())
 
     def _already_finished(self, found: ckpt.Found) -> bool:
-        """A resumed run whose checkpoint is its plan's last step: nothing to train or record."""
-        if self._mismatch(found) or found.payload["step"] < self.plan.total_iterations:
+        """A resumed run whose checkpoint is its plan's last step: nothing to train. Its
+        summary.json is written again if it was lost, from the final evaluation in
+        metrics.jsonl; without that evaluation the run goes on to evaluate (False)."""
+        last = self.plan.total_iterations
+        if self._mismatch(found) or found.payload["step"] < last:
             return False
+        summary = self.folder.read_summary()
+        if summary is None or not summary.finished:
+            evals = [r["eval"] for r in self.folder.read_metrics()
+                     if "eval" in r and r.get("step") == last]
+            if not evals:
+                self.console.print(note_line(
+                    f"{self.folder.root} trained to its last step ({found.path.name}) but holds "
+                    "no final evaluation; evaluating that checkpoint."), soft_wrap=True)
+                return False
+            if self.rt.is_main:
+                seconds = float(found.payload.get("train_seconds", 0.0))
+                samples = self._samples_through(last)
+                self.folder.write_summary(RunSummary(
+                    self.recipe.name, last, last, None, self.recipe.metric_name,
+                    evals[-1].get(self.recipe.metric_name), seconds,
+                    samples / seconds if seconds > 0 else 0.0, str(found.path),
+                    self.planned.to_dict()))
+            self.console.print(f"{self.folder.root} already finished: {found.path.name} is step "
+                               f"{last} of {last}; its summary.json was missing and is written "
+                               "again from that checkpoint and the final evaluation in "
+                               "metrics.jsonl (its wall time is the training time).",
+                               soft_wrap=True)
+            return True
         self.console.print(f"{self.folder.root} already finished: {found.path.name} is step "
-                           f"{found.payload['step']} of {self.plan.total_iterations}; nothing to "
-                           "do.", soft_wrap=True)
+                           f"{found.payload['step']} of {last}; nothing to do.", soft_wrap=True)
         return True
 
     def _restore(self, found: ckpt.Found | None, model, optimizer, scaler) -> ResumePoint:
