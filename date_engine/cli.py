@@ -397,16 +397,25 @@ def probe_command(
         recipe = _recipe_to_train(path, spec, spec.recipe)
         _check_launch(nproc, None, None, None)
         measuring_micro_batch(spec.baseline.batch_size, nproc, micro_batch)  # refuse up front
-        folder = _probe_folder(output_dir, recipe.name)
+        folder, resume = _probe_folder(output_dir, recipe.name, spec)
         options = ProbeOptions(share=share, points=points, max_minutes=budget_minutes,
-                               nproc=nproc, micro_batch=micro_batch)
+                               nproc=nproc, micro_batch=micro_batch, resume=resume)
         command = " ".join(["date", *map(shlex.quote, sys.argv[1:])]) \
             if sys.argv[1:2] == ["probe"] else ""
+    if resume:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"continuing the interrupted probe in {folder} from its newest checkpoint.",
+            markup=False)
     probe, code = run_probe(path, spec, recipe, options, folder, command)
     if probe is None:
-        Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"error: the probe measured too little to fit a noise curve (see {folder / 'run'}); "
-            "give it a larger --share or --budget-minutes.", markup=False)
+        err = Console(stderr=True, highlight=False, soft_wrap=True)
+        if code in (130, 143):
+            err.print(f"stopped; the probe's training in {folder / 'run'} wrote a checkpoint. "
+                      "Run the same command again to continue it.", markup=False)
+        elif code != 2:  # after a refused input the error above is all there is to say
+            err.print(f"error: the probe measured too little to fit a noise curve (see "
+                      f"{folder / 'run'}); give it a larger --share or --budget-minutes.",
+                      markup=False)
         raise typer.Exit(code if code else 1)
     from date_engine.view.probe import probe_figure, render_probe
 
@@ -418,18 +427,30 @@ def probe_command(
                   f"{folder / 'probe.json'}", soft_wrap=True, markup=False)
 
 
-def _probe_folder(output_dir: Path | None, recipe: str) -> Path:
-    """``--output-dir``, refused if it holds a probe; else the first free of
-    runs/<recipe>-probe, -2, -3, ..."""
+def _probe_folder(output_dir: Path | None, recipe: str, spec: Spec) -> tuple[Path, bool]:
+    """Where the probe goes, and whether it continues an interrupted one there: ``--output-dir``,
+    else the first of runs/<recipe>-probe, -2, -3, ... that holds no finished probe. A folder
+    whose probe was stopped before probe.json is continued from its checkpoint when it probed
+    this spec; a finished probe, or an interrupted one of another spec, is refused for
+    ``--output-dir`` and passed over otherwise."""
     from date_engine.runfolder import folder_versions
+    from date_engine.train.probe import probe_state
 
     candidates = [output_dir] if output_dir is not None else \
         folder_versions(Path(f"runs/{recipe}-probe"))
     for folder in candidates:
-        if not ((folder / "probe.json").exists() or (folder / "run").exists()):
-            return output_folder(folder, "--output-dir")
-    raise DateError(f"{output_dir} already holds a probe; choose another --output-dir or remove "
-                    "it.")
+        state = probe_state(folder, spec)
+        if state in ("empty", "interrupted"):
+            return output_folder(folder, "--output-dir"), state == "interrupted"
+        if output_dir is None:
+            continue
+        if state == "finished":
+            raise DateError(f"{folder} already holds a finished probe ({folder / 'probe.json'}); "
+                            f"use it with date plan SPEC --batch B --probe "
+                            f"{folder / 'probe.json'}, or choose another --output-dir.")
+        raise DateError(f"{folder} holds an interrupted probe of another spec ({folder / 'run'}); "
+                        "choose another --output-dir, or remove that folder.")
+    raise DateError(f"runs/{recipe}-probe: every numbered folder is taken; pass --output-dir.")
 
 
 # ---------------------------------------------------------------------------------- date sweep

@@ -150,7 +150,41 @@ def test_date_probe_trains_a_share_of_the_baseline_and_writes_its_forecast(probe
     assert "expected to hold accuracy at the baseline's epochs" in words and "date plan" in words
     # the folder now holds a probe: a second one into it is refused before training
     again = date("probe", SPEC, *SHORT, "-o", folder)
-    assert again.returncode == 2 and "already holds a probe" in again.stderr
+    assert again.returncode == 2 and "already holds a finished probe" in again.stderr
+    assert "--probe" in again.stderr  # and says how to use it
+
+
+def test_an_interrupted_probe_is_continued_by_the_same_command(tmp_path):
+    """A probe stopped by SIGTERM once left its folder refused ("already holds a probe") with
+    nothing in it to use; the same command now continues its training from the checkpoint the
+    signal wrote, to the probe an uninterrupted one writes. Its output is one line of what it
+    trains and the probe's table, not the inner run's plan and summary."""
+    import signal
+
+    from tests.runs import finish, start
+    from tests.test_faults import logged_steps, wait_for
+
+    folder = tmp_path / "p"
+    args = ["probe", SPEC, *SHORT, "--share", "0.1", "--points", "4", "-o", folder,
+            "--set", "train.log_every=2"]
+    first = start(*args)
+    wait_for(lambda: logged_steps(folder / "run") >= 3, what="three logged steps")
+    first.send_signal(signal.SIGTERM)
+    _, err = finish(first)
+    assert first.returncode == 143 and "Run the same command again to continue" in err, err
+    assert not (folder / "probe.json").exists() and list((folder / "run" / "checkpoints").iterdir())
+    again = date(*args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "continuing the interrupted probe" in again.stderr
+    whole = tmp_path / "whole"
+    assert date(*args[:-3], whole, *args[-2:]).returncode == 0
+    got, want = Probe.read(folder / "probe.json"), Probe.read(whole / "probe.json")
+    assert got.steps == want.steps and len(got.points) == len(want.points)
+    # the same training (resumed bit for bit); the pair product restarts after the resume
+    assert [p.grad_trace for p in got.points] == pytest.approx([p.grad_trace for p in want.points],
+                                                              rel=0.05)
+    assert "training the first" in again.stdout and "Derived" not in again.stdout
+    assert "Summary" not in again.stdout
 
 
 def test_plan_with_the_probe_forecasts_and_warns(probed):

@@ -46,6 +46,9 @@ class RunConfig:
     """How the user started the run, for the messages that tell how to resume it."""
     print_json: bool = False
     """Print the run's plan and summary as JSON on stdout; everything else goes to stderr."""
+    brief: bool = False
+    """Say in one line what is trained instead of showing the plan, and end without the summary
+    table and curves.png: for a run that is part of another command (``date probe``)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, default=str)

@@ -17,7 +17,7 @@ from date_engine.runfolder import RunFolder
 from date_engine.train.config import RunConfig
 from date_engine.train.launch import LaunchOptions, launch
 
-__all__ = ["ProbeOptions", "measuring_micro_batch", "run_probe"]
+__all__ = ["ProbeOptions", "measuring_micro_batch", "probe_state", "run_probe"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,26 @@ class ProbeOptions:
     max_minutes: float | None = None
     nproc: int = 1
     micro_batch: int | None = None
+    resume: bool = False
+    """Continue the interrupted probe in the folder (:func:`probe_state`)."""
+
+
+def probe_state(folder: Path, spec: Any) -> str:
+    """What ``folder`` holds: "empty" (no probe yet), "finished" (probe.json), "interrupted"
+    (a probe of ``spec`` stopped with a checkpoint before probe.json) or "other" (a probe's
+    training of another spec, or a run folder that is no probe's)."""
+    if (folder / "probe.json").exists():
+        return "finished"
+    run = RunFolder(folder / "run")
+    if not run.root.exists() or not (run.checkpoints() or run.plan_path.exists()):
+        return "empty"
+    try:
+        asked = RunConfig.read(run.config_path).spec
+    except (OSError, TypeError, ValueError):
+        return "other"
+    if asked != spec.model_dump(mode="json", exclude_none=True):
+        return "other"
+    return "interrupted" if run.checkpoints() else "empty"
 
 
 def measuring_micro_batch(batch: int, world_size: int, micro_batch: int | None) -> int:
@@ -65,7 +85,8 @@ def run_probe(spec_path: Path, spec: Any, recipe: Any, options: ProbeOptions, fo
         world_size=options.nproc, micro_batch=micro, output_dir=str(run_dir),
         max_steps=min(steps, plan.total_iterations),
         max_seconds=options.max_minutes * 60 if options.max_minutes else None,
-        precision=spec.train.precision, measure_pairs=True)
+        precision=spec.train.precision, measure_pairs=True, resume=options.resume,
+        brief=True)
     began = time.perf_counter()
     code = launch(config, LaunchOptions(nproc=options.nproc))
     run = RunFolder(run_dir)

@@ -259,15 +259,21 @@ class Trainer:
         from date_engine.view.plan import describe_split, render_plan
 
         cfg = self.config
-        title = f"date scale {cfg.spec_path} — recipe {self.recipe.name}"
-        self.console.print(
-            render_plan(
-                self.plan, self.planned.split, title, chart_width=min(self.console.width - 14, 72)
-            )
-        )
+        if cfg.brief:
+            stop = self._stop_at()
+            self.console.print(
+                f"training the first {stop:,} of the baseline's {self.plan.total_iterations:,} "
+                f"optimizer steps ({self.recipe.name}, batch "
+                f"{describe_split(self.planned.split)}) into {self.folder.root}",
+                soft_wrap=True, markup=False, highlight=False)
+        else:
+            title = f"date scale {cfg.spec_path} — recipe {self.recipe.name}"
+            self.console.print(render_plan(self.plan, self.planned.split, title,
+                                           chart_width=min(self.console.width - 14, 72)))
         if data.note:
             self.console.print(note_line(data.note), soft_wrap=True)
-        if self.noise is None and cfg.measure_noise and not cfg.dry_run and not self.plan.ramp:
+        if self.noise is None and cfg.measure_noise and not cfg.dry_run and not self.plan.ramp \
+                and not cfg.brief:
             self.console.print(note_line(
                 "the gradient noise scale is not measured: each step sees one gradient (one "
                 "process, no accumulation); a --micro-batch below the batch measures it."),
@@ -737,13 +743,14 @@ class Trainer:
             return
         from date_engine.view.progress import render_summary
 
-        dry_run = self.config.dry_run
-        self.console.print(render_summary(summary, self.plan, self.split, dry_run))
+        dry_run, brief = self.config.dry_run, self.config.brief
+        if not brief:
+            self.console.print(render_summary(summary, self.plan, self.split, dry_run))
         if summary.stopped_by and self.config.rerun_command and not dry_run:
             self.console.print(f"continue with: {self.config.rerun_command} --resume",
                                soft_wrap=True, markup=False)
         self.folder.write_summary(summary)
-        if not dry_run:
+        if not dry_run and not brief:
             from date_engine.view.plots import run_curves
 
             run_curves(self.folder.read_metrics(), self.recipe.metric_name,
