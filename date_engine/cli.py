@@ -312,10 +312,14 @@ def _run_folder(output_dir: Path | None, spec: Spec, default: str, resume: bool,
     from date_engine.runfolder import default_run_folder
 
     if output_dir is None and spec.train.output_dir is None and versioned:
-        return default_run_folder(Path(default), resume)
-    run_dir = output_dir or Path(spec.train.output_dir or default)
+        run_dir = default_run_folder(Path(default), resume)
+        option = "the default run folder (--output-dir)"
+    else:
+        run_dir = output_dir or Path(spec.train.output_dir or default)
+        option = "--output-dir" if output_dir else "train.output_dir" \
+            if spec.train.output_dir else "the default run folder (--output-dir)"
     if not dry_run:
-        output_folder(run_dir, "--output-dir" if output_dir else "train.output_dir")
+        output_folder(run_dir, option)
     return run_dir
 
 

@@ -334,3 +334,26 @@ def test_an_empty_path_is_refused_before_anything_is_written(tmp_path, monkeypat
     refused(result, "empty")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
     assert (tmp_path / "spec.yaml").read_text() == "mine\n"
+
+
+def test_a_default_run_folder_that_cannot_be_written_is_refused_before_training():
+    """Under a folder that cannot be written (here /proc), the default run folder once failed
+    inside the run with exit 1 and a --resume hint for a run that never started."""
+    import sys
+
+    from tests.runs import run_group
+
+    result = run_group([sys.executable, "-m", "date_engine", "scale", DIGITS, "--batch", 256,
+                        "--max-steps", 2], cwd="/proc")
+    assert result.returncode == 2, result.stderr
+    assert "runs/lenet-digits-B256" in result.stderr and "--resume" not in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_refused_resume_leaves_no_folder_behind(tmp_path):
+    """--resume into a folder with nothing to resume once left it made, empty but for a LOCK."""
+    from tests.runs import date
+
+    result = date("scale", DIGITS, "--batch", 256, "--resume", "-o", tmp_path / "new")
+    assert result.returncode == 2 and "no checkpoint" in result.stderr, result.stderr
+    assert not (tmp_path / "new").exists()

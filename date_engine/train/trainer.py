@@ -121,6 +121,7 @@ class Trainer:
         self.done: int | None = 0
         """The last step whose update is complete (None while an update is in flight)."""
         self._lock: RunLock | None = None
+        self._made_folder = False
 
     # ------------------------------------------------------------------ set up
 
@@ -163,10 +164,16 @@ class Trainer:
         return 0
 
     def close(self) -> None:
-        """Let the next writer of the run folder in (the process's exit would too)."""
+        """Let the next writer of the run folder in (the process's exit would too); a folder
+        this run made and left with nothing but its lock (a refused --resume, say) goes."""
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+            root = self.folder.root
+            if self._made_folder and {p.name for p in root.iterdir()} <= {"LOCK"}:
+                with contextlib.suppress(OSError):
+                    self.folder.lock_path.unlink(missing_ok=True)
+                    root.rmdir()
 
     def _data(self) -> RecipeData:
         options = DataOptions(data_dir=self.spec.train.data_dir, seed=self.seed)
@@ -321,6 +328,7 @@ class Trainer:
         killed checkpoint writes left; every process learns whether it could."""
         error = None
         if self.rt.is_main:
+            self._made_folder = not self.folder.root.exists()
             try:
                 self._lock = self.folder.lock(self.config.rerun_command or "date scale")
                 ckpt.remove_partial_writes(self.folder)
