@@ -400,6 +400,12 @@ _HALF_LIFE = ("the running average of g² spans the same samples: k× fewer, k×
               "(Malladi et al. 2022; Marek et al. 2025)")
 
 
+def _a_spec(spec: Any, caller: str) -> None:
+    if not isinstance(spec, Spec):
+        raise TypeError(f"{caller} takes a validated Spec, from load_spec(path) or "
+                        f"parse_spec(mapping); got {type(spec).__name__}.")
+
+
 def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
                 dataset_size_source: str = "the training data", multiple_of: int = 1,
                 noise_curve: NoiseCurve | None = None,
@@ -415,6 +421,7 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
     (docs/algorithm.md §2); a batch it suggests instead is a multiple of ``multiple_of`` (the
     processes the batch is shared by), so that it is accepted.
     """
+    _a_spec(spec, "derive_plan")
     base, date = spec.baseline, spec.date
     batch = _positive_int("--batch", batch)
     n, source = _samples_per_epoch(spec, dataset_size, dataset_size_source)
@@ -762,6 +769,7 @@ def resolve_plan(
     fitted to each process's share (the largest divisor of it not above the default), else the
     whole share. ``ramp_changes``: the moves up a measured batch ramp the run made.
     """
+    _a_spec(spec, "resolve_plan")
     batch = _positive_int("--batch", batch)
     if recipe is not None and recipe.dataset_size is not None:
         n, source = recipe.dataset_size, f"recipe {recipe.name}"

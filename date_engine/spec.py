@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import os
 import re
 import types
 import typing
@@ -444,6 +445,9 @@ def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> Spec:
 
     Raises :class:`SpecError` with one sentence naming the file, the field and the fix.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"load_spec takes the path of a baseline YAML (str or Path), got "
+                        f"{type(path).__name__}; parse_spec takes an already-parsed mapping.")
     path = Path(path)
     overrides = [overrides] if isinstance(overrides, str) else list(overrides)
     if not path.is_file():

@@ -67,6 +67,9 @@ def build_optimizer(params: Iterable[Any], settings: Any, lr: float) -> torch.op
     a catalog name such as ``"adam"``, for its defaults and DATE's); LARS and LAMB as they are,
     since they adapt per layer themselves. Pass ``model.named_parameters()`` so that DATE knows
     parameter names; ``lr`` is normally the plan's peak LR, scaled step by step by the schedule."""
+    if not isinstance(settings, (str, OptimizerSettings)):
+        raise TypeError(f"build_optimizer: settings must be a plan's optimizer (plan.optimizer) "
+                        f"or a catalog name such as 'adam', got {type(settings).__name__}.")
     if isinstance(settings, str):
         if settings not in CATALOG:
             raise ValueError(f"no optimizer {settings!r}; known: {', '.join(CATALOG)}")

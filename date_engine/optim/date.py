@@ -102,6 +102,10 @@ class DATE(Optimizer):
 
         self.base = base
         self.rule = RatioRule(mode, gamma, trust_coefficient, lower, upper)
+        if exclude is not None and not any(g.get("param_names") for g in base.param_groups):
+            raise ValueError("exclude= decides by parameter name, but the base optimizer was "
+                             "built without names (every name would be ''); build it from "
+                             "model.named_parameters().")
         self.exclude = exclude
         if placement not in (None, "gradient", "update"):
             raise ValueError(f"placement must be 'gradient' or 'update', got {placement!r}")
@@ -175,15 +179,28 @@ class DATE(Optimizer):
         self.base.add_param_group(param_group)
 
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
-        """The base's state dict plus a ``"date"`` entry with this wrapper's own state."""
+        """The base's state dict plus a ``"date"`` entry with this wrapper's own state (and the
+        base's class, which :meth:`load_state_dict` checks)."""
         out = self.base.state_dict()
-        out["date"] = {"steps": self.steps, "last_ratios": self.last_ratios}
+        out["date"] = {"steps": self.steps, "last_ratios": self.last_ratios,
+                       "base": type(self.base).__name__}
         return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
-        """Load a DATE state dict, or a plain state dict of the base optimizer."""
+        """Load a DATE state dict, or a plain state dict of the base optimizer. One of another
+        optimizer is refused with a ValueError, and this optimizer is left as it was."""
         own = state_dict.get("date") or {}
+        saved_base, mine = own.get("base"), type(self.base).__name__
+        if saved_base is not None and saved_base != mine:
+            raise ValueError(f"this state dict is DATE over {saved_base}'s; this DATE wraps "
+                             f"{mine}: load it into DATE over {saved_base}.")
+        before = self.base.state_dict()
         self.base.load_state_dict({k: v for k, v in state_dict.items() if k != "date"})
+        lacking = sorted({k for g in self.param_groups for k in self.defaults if k not in g})
+        if lacking:  # torch loads any optimizer's groups; this base would fail at its step
+            self.base.load_state_dict(before)
+            raise ValueError(f"this state dict is of another optimizer than {mine} (its param "
+                             f"groups lack {', '.join(lacking)}); load one saved from {mine}.")
         self.steps = int(own.get("steps", 0))
         self.last_ratios = own.get("last_ratios")
         self._scratch.clear()
