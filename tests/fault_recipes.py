@@ -59,3 +59,24 @@ def lenet_digits_nan() -> Recipe:
         return value * float("nan") if _calls["n"] >= NAN_AT else value
 
     return replace(base, name="lenet-digits-nan", loss=loss)
+
+
+def lenet_digits_state_nan() -> Recipe:
+    """lenet-digits with a spare parameter the forward pass never reads; at the NAN_AT-th loss
+    computation the spare turns NaN. The loss stays finite: only a check of the state finds it."""
+    import torch
+
+    base = _digits()
+
+    def build_model(options):
+        model = base.build_model(options)
+        model.register_parameter("spare", torch.nn.Parameter(torch.zeros(3)))
+        return model
+
+    def loss(model, batch, data):
+        _calls["n"] += 1
+        if _calls["n"] == NAN_AT:
+            getattr(model, "module", model).spare.data.fill_(float("nan"))
+        return base.loss(model, batch, data)
+
+    return replace(base, name="lenet-digits-state-nan", build_model=build_model, loss=loss)

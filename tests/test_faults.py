@@ -81,6 +81,23 @@ def test_weights_that_turned_nan_are_never_saved(tmp_path):
         assert "no finite state was left" in result.stderr
 
 
+def test_a_state_that_turned_nan_under_a_finite_loss_stops_the_run_at_once(tmp_path):
+    """A NaN in the state that the loss does not see (a parameter the forward never reads) was
+    found only when a checkpoint was next due — at the end here, 55 steps late. The state is
+    now checked every step in the step's one synchronisation."""
+    import json
+
+    out = tmp_path / "run"
+    result = date("scale", SPEC, "--batch", 256, *SHORT, "-o", out,
+                  "--recipe", "tests.fault_recipes:lenet_digits_state_nan",
+                  env={"DATE_TEST_NAN_AT": "2"})
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "became non-finite by step 1 (the loss stayed finite)" in result.stderr
+    assert json.loads((out / "FAILED.json").read_text())["step"] == 1
+    assert not list((out / "checkpoints").glob("step-*.pt")) if (out / "checkpoints").exists() \
+        else True
+
+
 # ------------------------------------------------------------------ 3. rotation after a replan
 
 

@@ -271,3 +271,32 @@ def test_a_step_with_overflowing_gradients_is_non_finite_even_when_the_loss_is_n
     assert agree(rt, torch.tensor(float("nan")), False, False).nonfinite
     verdict = agree(rt, loss, True, True, noise=torch.tensor([2.0, 1.0]))
     assert (verdict.stop, verdict.save, verdict.noise) == (True, True, (2.0, 1.0))
+    for size, bad in ((1e30, False), (float("inf"), True), (float("nan"), True)):
+        verdict = agree(rt, loss, False, False, state_sum=torch.tensor(size))
+        assert (verdict.nonfinite, verdict.state_nonfinite) == (bad, bad), size
+
+
+def test_the_state_sum_reads_every_parameter_buffer_and_optimizer_state():
+    """StepRunner.state_sum: the sum over what a checkpoint would hold, NaN/inf when any is."""
+    from date_engine.optim import DATE
+    from date_engine.recipes import get_recipe
+    from date_engine.train.runtime import Runtime
+    from date_engine.train.step import StepRunner
+
+    rt = Runtime(0, 1, 0, torch.device("cpu"), None, "fp32", False, [])
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    opt = DATE(torch.optim.Adam(model.parameters(), lr=0.1))
+    runner = StepRunner(model, model, opt, None, get_recipe("lenet-digits"), None, rt, 1)
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    values = [t for t in (*model.parameters(), *model.buffers(),
+                          *(t for s in opt.state.values() for t in s.values()))
+              if t.is_floating_point()]
+    assert runner.state_sum().item() == pytest.approx(sum(v.sum().item() for v in values))
+    for tensor in (model[1].running_var, opt.state[model[0].weight]["exp_avg_sq"]):
+        kept = tensor.clone()
+        for bad in (float("nan"), float("inf"), -float("inf")):
+            tensor[0] = bad
+            assert not torch.isfinite(runner.state_sum()), bad
+        tensor.copy_(kept)
+    assert torch.isfinite(runner.state_sum())

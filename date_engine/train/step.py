@@ -137,6 +137,22 @@ class StepRunner:
             parts.append(self._pair.float())
         return torch.stack(parts)
 
+    def state_sum(self) -> Tensor:
+        """The sum of every entry of the model's floating parameters and buffers and of the
+        optimizer's floating state, as a device scalar: not finite when any entry is not (or when
+        they add up past 1e38, a state no run trains on). :func:`agree` checks it every step, in
+        the step's one synchronisation, so that a run whose state turned non-finite while its
+        loss stayed finite stops at once, not when the next checkpoint finds it. One read of the
+        state, no temporaries: 0.3% of a ResNet-50 step on the CPU (benchmarks/state_check.py;
+        a max-abs reduction took 16× longer)."""
+        tensors = [t for t in (*self.model.parameters(), *self.model.buffers())
+                   if t.is_floating_point()]
+        for state in self.optimizer.state.values():
+            tensors += [t for t in state.values() if torch.is_tensor(t) and t.is_floating_point()]
+        sums = [t.detach().sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32)
+                .to(self.rt.device, torch.float64) for t in tensors]
+        return torch.stack(sums).sum() if sums else torch.zeros((), device=self.rt.device)
+
     def update(self) -> None:
         """The optimizer step (skipped by the scaler after an fp16 overflow), gradients cleared."""
         if self.scaler is not None:
@@ -153,6 +169,7 @@ class Verdict:
 
     nonfinite: bool
     """Some process's loss is NaN or infinite: the step must not be taken."""
+
     stop: bool
     """Some process was asked to stop (SIGINT/SIGTERM): stop after this step."""
     save: bool
@@ -160,33 +177,42 @@ class Verdict:
     noise: tuple[float, ...] | None = None
     """The mean over every process's micro-batches of |g_micro|², |g_step|², and where pairs
     are measured ⟨g_step, g_previous step⟩."""
+    state_nonfinite: bool = False
+    """The weights or optimizer state the step would build on are not finite (the previous
+    update made them so); ``nonfinite`` is set too."""
 
 
 def agree(rt: Runtime, loss: Tensor, stop_requested: bool, save_due: bool,
-          noise: Tensor | None = None, grad_norm: Tensor | None = None) -> Verdict:
+          noise: Tensor | None = None, grad_norm: Tensor | None = None,
+          state_sum: Tensor | None = None) -> Verdict:
     """The one host synchronisation per step: the flags of every process, OR-ed together, and
     the noise sample (:meth:`StepRunner.noise_sample`) averaged over them. The step is
     non-finite when the loss is, or the gradient norm where it was taken: a huge LR can overflow
-    the gradients while the loss still reads finite.
+    the gradients while the loss still reads finite. ``state_sum``
+    (:meth:`StepRunner.state_sum`) not finite: the state the step would build on is not.
 
     Rank 0's clock alone decides ``save_due``, so every process saves the same step."""
     bad = ~torch.isfinite(loss)
     if grad_norm is not None:
         bad = bad | ~torch.isfinite(grad_norm.to(bad.device))
+    bad_state = torch.zeros((), dtype=torch.bool, device=bad.device) if state_sum is None \
+        else ~torch.isfinite(state_sum.to(bad.device))
     parts = [
         bad.float().view(1),
+        bad_state.float().view(1),
         torch.tensor([float(stop_requested), float(save_due)], device=rt.device),
     ]
     if noise is not None:
         parts.append(noise.float())
     values = torch.cat(parts)
-    flags = 3
+    flags = 4
     if rt.distributed:
         dist.all_reduce(values)  # a sum: a flag is set if any process set it
         values[flags:] /= rt.world_size
-    nonfinite, stop, save, *sample = values.tolist()
+    nonfinite, state_nonfinite, stop, save, *sample = values.tolist()
     measured = tuple(sample) if sample else None
-    return Verdict(nonfinite > 0, stop > 0, save > 0, measured)
+    return Verdict(nonfinite > 0 or state_nonfinite > 0, stop > 0, save > 0, measured,
+                   state_nonfinite > 0)
 
 
 def to_device(batch: Any, device: torch.device) -> Any:

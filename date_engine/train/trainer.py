@@ -565,7 +565,10 @@ class Trainer:
                 out_of_time = self._out_of_time(log)
                 verdict = agree(rt, loss, stop.signal is not None or out_of_time,
                                 policy.time_due(rt.is_main), steps.noise_sample(grad_norm),
-                                grad_norm)
+                                grad_norm, steps.state_sum())
+                if verdict.state_nonfinite:  # the last update broke the state: nothing to keep
+                    self._nonfinite(step - 1, None)
+                    return "non-finite"
                 if verdict.nonfinite:  # keep the work since the last checkpoint, if it is finite
                     if self.done > saved:
                         with contextlib.suppress(_NonFiniteState):
