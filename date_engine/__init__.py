@@ -17,31 +17,42 @@ Importing this package does not import torch; the torch-based names (``DATE``, `
 from __future__ import annotations
 
 import importlib
-from typing import Any
-
-from date_engine.errors import DateError, PlanError, SpecError
-from date_engine.plan import (
-    BatchSplit,
-    Derivation,
-    OptimizerSettings,
-    Phase,
-    Plan,
-    RunPlan,
-    derive_plan,
-    resolve_plan,
-)
-from date_engine.spec import Spec, load_spec, parse_spec
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# name -> module; imported on first access so that `date plan` never pays for torch
+# name -> module, imported on first access: `date +%s` (handed to the system's date) and `date
+# plan` (no torch) pay only for what they use
 _LAZY = {
+    "DateError": "date_engine.errors",
+    "PlanError": "date_engine.errors",
+    "SpecError": "date_engine.errors",
+    **dict.fromkeys(("BatchSplit", "Derivation", "OptimizerSettings", "Phase", "Plan", "RunPlan",
+                     "derive_plan", "resolve_plan"), "date_engine.plan"),
+    **dict.fromkeys(("Spec", "load_spec", "parse_spec"), "date_engine.spec"),
     "DATE": "date_engine.optim",
     "LAMB": "date_engine.optim",
     "LARS": "date_engine.optim",
     "build_optimizer": "date_engine.optim.build",
     "plan_scheduler": "date_engine.schedule",
 }
+
+if TYPE_CHECKING:  # what the names are, for readers and type checkers
+    from date_engine.errors import DateError, PlanError, SpecError
+    from date_engine.optim import DATE, LAMB, LARS
+    from date_engine.optim.build import build_optimizer
+    from date_engine.plan import (
+        BatchSplit,
+        Derivation,
+        OptimizerSettings,
+        Phase,
+        Plan,
+        RunPlan,
+        derive_plan,
+        resolve_plan,
+    )
+    from date_engine.schedule import plan_scheduler
+    from date_engine.spec import Spec, load_spec, parse_spec
 
 
 def __getattr__(name: str) -> Any:
@@ -50,6 +61,10 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'date_engine' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
 
 
 __all__ = [

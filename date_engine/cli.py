@@ -111,8 +111,9 @@ def _root(version: Annotated[bool, _flag("--version", callback=_version, is_eage
     works, derive the large batch's learning rate, warmup, decay and the optimizer's
     batch-dependent settings, and train with them.
 
-    `date` with no command, or with an option or +FORMAT of the system's date (date +%s, date -u),
-    is the system's date; `date-engine` is this tool alone."""
+    `date` with no command, or with an option or +FORMAT of the system's date (date +%s, date -u,
+    date --version), is the system's date; `date-engine` is this tool alone (date-engine
+    --version gives its version)."""
 
 
 def _spec(arg: str, overrides: list[str] | None, probe: Path | None = None,
@@ -650,12 +651,8 @@ def data_prepare_command(
 
 
 def main() -> None:
-    """The ``date`` console script: date_engine's commands; anything else is the system's date
-    (:mod:`date_engine.sysdate`)."""
-    from date_engine.sysdate import hand_over, is_for_system_date
-
-    if is_for_system_date(sys.argv[1:]):
-        hand_over(sys.argv[1:])
+    """date_engine's command line as ``date`` (the ``date`` console script reaches it through
+    :func:`date_engine.sysdate.main`, which first hands the system's calls over)."""
     app(prog_name="date")
 
 

@@ -7,18 +7,22 @@ break. So ``date`` with no arguments, with an option or format that is not ours 
 ``--iso-8601``, ``-d ...``) or with digits (setting the clock) runs the first other ``date`` on PATH
 (``/bin/date`` as a last resort) in this process's place: same output, same exit code. The
 ``date-engine`` command and ``python -m date_engine`` never hand over.
+
+``date --help`` is date_engine's (a person asking what this ``date`` is); ``date --version`` is
+the system's, since scripts run it to tell GNU's date from BSD's (``date-engine --version`` gives
+date_engine's). This module is the ``date`` console script's entry point and imports only the
+standard library's ``os`` and ``sys``, so that handing over costs one Python start-up and nothing
+more (benchmarks/date_handover.py).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-from pathlib import Path
 
-__all__ = ["hand_over", "is_for_system_date", "system_date"]
+__all__ = ["hand_over", "is_for_system_date", "main", "system_date"]
 
-OURS = ("plan", "scale", "sweep", "recipes", "data", "--help", "--version")
+OURS = ("plan", "scale", "probe", "sweep", "recipes", "data", "--help")
 
 
 def is_for_system_date(args: list[str]) -> bool:
@@ -32,13 +36,24 @@ def is_for_system_date(args: list[str]) -> bool:
     return first.startswith(("+", "-")) or first[:1].isdigit()
 
 
-def system_date(own: str | Path) -> str | None:
+def main() -> None:
+    """The ``date`` console script: the system's date for what is not date_engine's (decided
+    before anything else is imported), else date_engine's command line."""
+    if is_for_system_date(sys.argv[1:]):
+        hand_over(sys.argv[1:])
+    from date_engine.cli import main as engine
+
+    engine()
+
+
+def system_date(own: str) -> str | None:
     """The first ``date`` on PATH that is not this program (``own``), else /bin/date or
     /usr/bin/date; None if there is none."""
-    own_path = Path(own).resolve()
+    own_path = os.path.realpath(own)
     for folder in os.environ.get("PATH", "").split(os.pathsep):
-        candidate = shutil.which("date", path=folder) if folder else None
-        if candidate and Path(candidate).resolve() != own_path and not _is_ours(candidate):
+        candidate = os.path.join(folder, "date") if folder else None
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK) \
+                and os.path.realpath(candidate) != own_path and not _is_ours(candidate):
             return candidate
     for fallback in ("/bin/date", "/usr/bin/date"):
         if os.access(fallback, os.X_OK) and not _is_ours(fallback):

@@ -33,7 +33,8 @@ def invoke(*args, **kwargs):
 @pytest.mark.parametrize("args, ours", [
     ([], False), (["+%s"], False), (["-u", "+%Y"], False), (["--iso-8601"], False),
     (["-d", "tomorrow"], False), (["0101"], False),
-    (["plan"], True), (["scale"], True), (["--help"], True), (["--version"], True),
+    (["plan"], True), (["scale"], True), (["--help"], True), (["probe"], True),
+    (["--version"], False),  # scripts run it to tell GNU's date from BSD's
     (["recipes"], True), (["plna"], True),  # a typo of ours gets our error, not the clock's
 ])
 def test_which_calls_go_to_the_system_date(args, ours):
@@ -52,9 +53,25 @@ def test_the_console_script_hands_the_systems_calls_over():
     assert year.stdout.strip() == time.strftime("%Y", time.gmtime())
     plain = run()
     assert plain.returncode == 0 and time.strftime("%Y") in plain.stdout
+    system = subprocess.run([shutil.which("date", path="/bin:/usr/bin"), "--version"],
+                            capture_output=True, text=True, timeout=30)
+    assert run("--version").stdout == system.stdout  # what a script tells GNU's date by
+    assert "DATE: scale a small-batch training run" in run("--help").stdout  # ours
     ours = subprocess.run([str(SCRIPT.parent / "date-engine"), "+%s"], capture_output=True,
                           text=True, timeout=60)
     assert ours.returncode == 2  # date-engine never hands over
+
+
+def test_the_hand_over_imports_nothing_heavy():
+    """`date +%s` once imported typer, rich and pydantic before handing over (10× a Python
+    start-up); the console script's module decides on the standard library alone
+    (benchmarks/date_handover.py measures the time)."""
+    code = ("import sys, date_engine.sysdate\n"
+            "print(sorted(m for m in ('typer', 'rich', 'pydantic', 'yaml', 'torch',"
+            " 'date_engine.cli', 'date_engine.spec') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         check=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert out.stdout.strip() == "[]"
 
 
 # ------------------------------------------------------------------ 2. runs that re-run
