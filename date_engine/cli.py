@@ -190,15 +190,15 @@ def plan_command(
 
 
 def _known_recipe(spec: Spec):
-    """The spec's recipe, if it can be found here; ``date plan`` works without one."""
+    """The spec's recipe, its model options checked (``date plan`` works without one; one the spec
+    names must be found, as date scale would need it)."""
     from date_engine.recipes import get_recipe
 
     if spec.recipe is None:
         return None
-    try:
-        return get_recipe(spec.recipe)
-    except DateError:
-        return None
+    found = get_recipe(spec.recipe)
+    found.parse_options(spec.model)
+    return found
 
 
 def _print_plan(path: Path, spec: Spec, planned, others) -> None:

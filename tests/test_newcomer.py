@@ -74,6 +74,28 @@ def test_the_hand_over_imports_nothing_heavy():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.skipif(not SCRIPT.exists(), reason="needs the installed console script")
+def test_a_recipe_module_in_the_current_folder_is_found(tmp_path):
+    """`--recipe mine:digits` failed from the console script, which has its bin folder on
+    sys.path where `python -m` has the current folder; date plan now resolves the recipe too."""
+    (tmp_path / "mine.py").write_text(
+        "from dataclasses import replace\n"
+        "from date_engine.recipes import get_recipe\n"
+        "def digits():\n"
+        "    return replace(get_recipe('lenet-digits'), name='my-digits')\n")
+    spec = RECIPES / "lenet-digits.yaml"
+    env = {"PYTHONPATH": ""}  # as a user's shell has it
+    trained = run_group([SCRIPT, "scale", spec, "--batch", 256, "--recipe", "mine:digits",
+                         "--dry-run"], cwd=tmp_path, env=env)
+    assert trained.returncode == 0, trained.stdout + trained.stderr
+    planned = run_group([SCRIPT, "plan", spec, "--batch", 256, "--set", "recipe=mine:digits"],
+                        cwd=tmp_path, env=env)
+    assert planned.returncode == 0, planned.stderr
+    unknown = run_group([SCRIPT, "plan", spec, "--batch", 256, "--set", "recipe=nope"],
+                        cwd=tmp_path, env=env)
+    assert unknown.returncode == 2 and "unknown recipe 'nope'" in unknown.stderr
+
+
 # ------------------------------------------------------------------ 2. runs that re-run
 
 

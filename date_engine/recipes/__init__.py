@@ -15,6 +15,8 @@ Three ways in:
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -185,10 +187,27 @@ def _load_builtins() -> None:
         importlib.import_module(module)
 
 
+def _import(module_name: str) -> Any:
+    """``module_name``, also from the folder date runs in: ``python -m date_engine`` has that
+    folder on sys.path, but the ``date`` console script has its own bin folder there instead."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        here = os.getcwd()
+        if exc.name != module_name.split(".")[0] or here in sys.path or "" in sys.path:
+            raise
+        sys.path.append(here)
+        try:
+            return importlib.import_module(module_name)
+        except ImportError:
+            sys.path.remove(here)
+            raise
+
+
 def _from_reference(reference: str) -> Recipe:
     module_name, _, attr = reference.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        module = _import(module_name)
         target = getattr(module, attr)
     except (ImportError, AttributeError, ValueError) as exc:  # ValueError: an empty module name
         raise DateError(
