@@ -278,3 +278,19 @@ def test_the_example_without_arguments_says_how_to_run_it():
                          text=True, cwd=ROOT)
     assert out.returncode != 0 and "usage: python examples/plan_in_python.py" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_spec_whose_data_set_size_is_not_the_datas_is_refused(tmp_path):
+    """lenet-mnist's spec trained as lenet-digits once ran with every epoch count 42× off after a
+    note; now a size more than 10% off is refused, naming the fix and the spec's own recipe. An
+    approximate size (gnmt's for WMT) still trains, with the note."""
+    spec = RECIPES / "lenet-mnist.yaml"
+    refused = date("scale", spec, "--batch", 256, "--recipe", "lenet-digits", "--dry-run")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    words = " ".join(refused.stderr.split())
+    assert "off by 41.8×" in words and "baseline.dataset_size: 1437" in words
+    assert "names recipe lenet-mnist" in words
+    close = date("scale", RECIPES / "lenet-digits.yaml", "--batch", 256, "--dry-run",
+                 "--set", "baseline.dataset_size=1500")
+    assert close.returncode == 0, close.stderr
+    assert "counts epochs of 1500 samples" in " ".join(close.stdout.split())

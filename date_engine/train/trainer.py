@@ -48,6 +48,9 @@ from date_engine.view.console import error_line, note_line
 __all__ = ["EXIT_NONFINITE", "Trainer", "run", "stream_sizes"]
 
 EXIT_NONFINITE = 3
+DATASET_SIZE_SLACK = 0.1
+"""How far baseline.dataset_size may be from the training data's length before a run is refused
+(a spec may give an approximate size, as gnmt's does for WMT)."""
 # A dry run keeps the plan and replaces its batch split: 2 samples per pass, 2 passes per step,
 # 2 optimizer steps.
 DRY_RUN_MICRO_BATCH, DRY_RUN_ACCUMULATION, DRY_RUN_STEPS = 2, 2, 2
@@ -218,6 +221,14 @@ class Trainer:
             raise DateError(f"the training data holds {held} samples, not the {n} {source} "
                             f"assumes; set baseline.dataset_size: {held} (or point train.data_dir "
                             "at the whole data set).")
+        if abs(n - held) > DATASET_SIZE_SLACK * held:  # every epoch count would be off by n/held
+            other = self.spec.recipe not in (None, self.recipe.name, cfg.recipe)
+            hint = (f" (the spec names recipe {self.spec.recipe}: is it a spec of another "
+                    "recipe?)") if other else ""
+            raise DateError(f"{source} says {n:,} training samples but the data of recipe "
+                            f"{self.recipe.name} holds {held:,}{hint}: every epoch count of the "
+                            f"plan would be off by {n / held:.3g}×. Set baseline.dataset_size: "
+                            f"{held}, or point train.data_dir at the whole data set.")
         if self.rt.is_main:
             self.console.print(note_line(f"the plan counts epochs of {n} samples ({source}) but "
                                          f"the training set holds {held}."), soft_wrap=True)
