@@ -300,3 +300,18 @@ def test_the_state_sum_reads_every_parameter_buffer_and_optimizer_state():
             assert not torch.isfinite(runner.state_sum()), bad
         tensor.copy_(kept)
     assert torch.isfinite(runner.state_sum())
+
+
+def test_more_processes_than_cores_are_said_to_take_turns(monkeypatch):
+    """`--nproc 4` on 2 cores once started 4 workers without a word."""
+    import os
+
+    from date_engine.train.runtime import setup
+
+    cores = os.cpu_count() or 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(cores + 1))
+    notes = setup(force_cpu=True).notes
+    assert any(f"{cores + 1} processes share this machine's {cores} CPU cores" in n
+               for n in notes), notes
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(cores))
+    assert not any("share this machine" in n for n in setup(force_cpu=True).notes)

@@ -127,6 +127,13 @@ def setup(
     if compile and device.type != "cuda":
         notes.append("--compile applies on CUDA only; ignored on the CPU.")
         compile = False
+    here = int(os.environ.get("LOCAL_WORLD_SIZE", job.world_size))  # processes on this machine
+    units, unit = (torch.cuda.device_count(), "GPUs") if use_cuda else (os.cpu_count() or 1,
+                                                                        "CPU cores")
+    if here > units:
+        notes.append(f"{here} processes share this machine's {units} {unit}: they take turns on "
+                     f"them, so steps take longer than with --nproc {units} (the batch, its split "
+                     "and the result are the same).")
     if device.type == "cpu":
         # Denormal floats take x86 CPUs a slow path: a PTB LSTM whose gates saturated after a too
         # large LR trained 6x slower with them. Flushed to zero they change nothing a model can
