@@ -208,6 +208,27 @@ def test_plan_with_the_probe_forecasts_and_warns(probed):
     assert len(other.stderr.strip().splitlines()) == 1
 
 
+def test_the_forecast_says_what_to_do(probed):
+    """Within B_hold the plan says no budget is needed; a ramp that plans more steps than the
+    baseline's epochs says so; the forecast says how far past the probe its curve reaches."""
+    folder, _ = probed
+    probe = Probe.read(folder / "probe.json")
+    e0 = probe.baseline_epochs
+    edge = forecast(probe.curve, 16, 16, e0, 1437).holding_batch
+    within = 16 * 2 ** max(0, math.floor(math.log2(edge / 16)))
+    out = date("plan", SPEC, *SHORT, "--batch", within, "--probe", folder / "probe.json")
+    words = " ".join(out.stdout.split())
+    assert f"batch {within:,} is within {edge:,}" in words and "no budget is needed" in words
+    assert f"{e0 / probe.curve.last:.3g}× past the probe" in words
+    ramp = date("plan", SPEC, *SHORT, "--batch", within, "--probe", folder / "probe.json",
+                "--budget", "ramp", "--json")
+    steps = json.loads(ramp.stdout)["total_iterations"]
+    same = math.ceil(json.loads(ramp.stdout)["baseline_iterations"] * 16 / within)
+    shown = " ".join(date("plan", SPEC, *SHORT, "--batch", within, "--probe",
+                          folder / "probe.json", "--budget", "ramp").stdout.split())
+    assert (f"this ramp plans {steps:,} steps, more than the {same:,}" in shown) == (steps > same)
+
+
 def test_sweep_report_puts_the_forecast_beside_the_cells(probed, tmp_path):
     folder, _ = probed
     probe = Probe.read(folder / "probe.json")

@@ -3,6 +3,8 @@ curve."""
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -113,14 +115,30 @@ def _forecast_lines(plan: Plan) -> list[Text]:
                      "--probe probe.json forecasts what holding accuracy costs at this batch.",
                      style="dim")] if b > b0 else []
     e0 = plan.baseline_iterations * b0 / plan.dataset_size
+    curve = plan.noise_curve
     text = Text("Forecast ", style="bold")
-    text.append(f"(probe: B_noise(e) = {plan.noise_curve.a:.4g} · e^{plan.noise_curve.beta:.3g}, "
-                f"measured to epoch {plan.noise_curve.last:.3g}): reaching the baseline's loss "
+    text.append(f"(probe: B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}, fitted on epochs "
+                f"{curve.first:.3g}–{curve.last:.3g} and extrapolated to {fmt(e0)}, "
+                f"{e0 / curve.last:.3g}× past the probe): reaching the baseline's loss "
                 f"at batch {b:,} takes {ahead.factor:.3g} × {fmt(e0)} = {ahead.epochs:.4g} epochs, "
                 f"{ahead.steps:,} steps against the baseline's {plan.baseline_iterations:,} "
                 f"({plan.baseline_iterations / ahead.steps:.3g}× fewer); the largest batch "
                 f"expected to hold accuracy at the baseline's epochs ≈ {ahead.holding_batch:,}.")
     lines = [text]
+    same_epochs_steps = math.ceil(plan.baseline_iterations * b0 / b)
+    if plan.budget == "ramp" and plan.total_iterations > same_epochs_steps:
+        lines.append(Text(
+            f"note: this ramp plans {plan.total_iterations:,} steps, more than the "
+            f"{same_epochs_steps:,} of the baseline's epochs at batch {b:,} (its smaller "
+            "batches take more steps)" + ("; at this batch the baseline's epochs are expected "
+                                          "to hold, and --budget same-epochs takes fewer."
+                                          if not ahead.loses_at_same_epochs else "."),
+            style="yellow"))
+    if plan.budget == "same-epochs" and not ahead.loses_at_same_epochs and b > b0:
+        lines.append(Text(
+            f"batch {b:,} is within {ahead.holding_batch:,}: the baseline's epochs are expected to "
+            "hold accuracy, and no budget is needed (--budget hold or ramp would train longer).",
+            style="green"))
     if plan.budget == "same-epochs" and ahead.loses_at_same_epochs:
         lines.append(Text(
             f"warning: batch {b:,} is beyond {ahead.holding_batch:,}, the largest expected to "
