@@ -217,7 +217,7 @@ def _print_plan(path: Path, spec: Spec, planned, others) -> None:
 
 OutputOpt = Annotated[Optional[Path], _path_opt(
     "--output-dir", "-o", help="Run folder (default: train.output_dir, else "
-    "runs/<recipe>-B<batch>, then -2, -3, ... for each new run).")]
+    "runs/<recipe>-B<batch>[-hold|-ramp], then -2, -3, ... for each new run).")]
 ResumeOpt = Annotated[bool, _flag(
     "--resume", help="Continue from the newest valid checkpoint (of the newest default run "
     "folder, without --output-dir).")]
@@ -288,7 +288,8 @@ def scale_command(
         world = job.world_size if job.launcher != "none" else nproc * nnodes
         if spec.baseline.dataset_size or found.dataset_size:  # else n is known once data loads
             resolve_plan(spec, size, world, micro_batch, found)  # refuse before any process starts
-        run_dir = _run_folder(output_dir, spec, f"runs/{found.name}-B{size}", resume,
+        budget_name = "" if spec.date.budget == "same-epochs" else f"-{spec.date.budget}"
+        run_dir = _run_folder(output_dir, spec, f"runs/{found.name}-B{size}{budget_name}", resume,
                               versioned=job.launcher == "none" and nnodes == 1, dry_run=dry_run)
         config = RunConfig(
             spec=spec.model_dump(mode="json", exclude_none=True), spec_path=str(path),

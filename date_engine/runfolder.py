@@ -59,6 +59,8 @@ class RunSummary:
     metric_name: str
     metric: float | None
     wall_time_s: float
+    """Seconds this attempt spent from its first step to its end: steps, checkpoints and
+    evaluations; not the start-up (imports, data, model) before it or curves.png after it."""
     samples_per_s: float
     checkpoint: str | None
     plan: dict[str, Any]

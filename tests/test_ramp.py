@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 
 import pytest
 import torch
@@ -382,6 +383,19 @@ def test_a_ramped_run_killed_after_a_change_resumes_bit_for_bit(ramped, probe_fi
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert metrics(tmp_path / "killed") == metrics(out)
     assert json.loads((tmp_path / "killed" / "plan.json").read_text()) == plan
+
+
+def test_a_default_run_folder_names_its_budget(probe_file, tmp_path):
+    """A ramp run was runs/lenet-digits-B256-2 beside the same-epochs run runs/...-B256."""
+    from tests.runs import run_group
+
+    for budget in ("hold", "ramp"):
+        result = run_group([sys.executable, "-m", "date_engine", "scale", SPEC, *SHORT, "--batch",
+                            256, "--budget", budget, "--probe", probe_file, "--max-steps", 1],
+                           cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == \
+        ["lenet-digits-B256-hold", "lenet-digits-B256-ramp"]
 
 
 def test_date_plan_shows_the_ramp(probe_file):

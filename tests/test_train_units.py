@@ -315,3 +315,20 @@ def test_more_processes_than_cores_are_said_to_take_turns(monkeypatch):
                for n in notes), notes
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(cores))
     assert not any("share this machine" in n for n in setup(force_cpu=True).notes)
+
+
+def test_the_summary_says_what_its_wall_time_covers():
+    from rich.console import Console
+
+    from date_engine import load_spec, resolve_plan
+    from date_engine.runfolder import RunSummary
+    from date_engine.view.progress import render_summary
+    from tests.conftest import RECIPES
+
+    planned = resolve_plan(load_spec(RECIPES / "lenet-digits.yaml"), 256)
+    summary = RunSummary("lenet-digits", 337, 337, None, "accuracy", 0.96, 7.5, 12000.0, None,
+                         planned.to_dict())
+    console = Console(width=200, record=True)
+    console.print(render_summary(summary, planned.plan, planned.split))
+    text = console.export_text()
+    assert "7.5 s: this attempt's steps, checkpoints and evaluations (not start-up" in text

@@ -75,7 +75,8 @@ def render_summary(summary: RunSummary, plan: Plan, split: BatchSplit,
         ("steps", f"{summary.steps} of {summary.total_steps}"
                   + (f" (stopped by {summary.stopped_by})" if summary.stopped_by else "")),
         (summary.metric_name, metric),
-        ("wall time", f"{summary.wall_time_s:.1f} s"),
+        ("wall time", f"{summary.wall_time_s:.1f} s: this attempt's steps, checkpoints and "
+                      "evaluations (not start-up or drawing curves.png)"),
         ("samples/s", f"{summary.samples_per_s:.0f}"),
         ("plan", f"batch {split.batch} = {split.micro_batch} × {split.world_size} × "
                  f"{split.accumulation_steps}, peak lr {plan.peak_lr:.4g}, warmup {warmup}"),
