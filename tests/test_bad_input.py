@@ -336,6 +336,7 @@ def test_an_empty_path_is_refused_before_anything_is_written(tmp_path, monkeypat
     assert (tmp_path / "spec.yaml").read_text() == "mine\n"
 
 
+@pytest.mark.slow
 def test_a_default_run_folder_that_cannot_be_written_is_refused_before_training():
     """Under a folder that cannot be written (here /proc), the default run folder once failed
     inside the run with exit 1 and a --resume hint for a run that never started."""
@@ -350,6 +351,7 @@ def test_a_default_run_folder_that_cannot_be_written_is_refused_before_training(
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_refused_resume_leaves_no_folder_behind(tmp_path):
     """--resume into a folder with nothing to resume once left it made, empty but for a LOCK."""
     from tests.runs import date

@@ -22,6 +22,10 @@ from date_engine.train.launch import job_exit_code
 from tests.conftest import RECIPES
 from tests.runs import SHORT, SPEC, TWO, date, final_model, finish, metrics, start
 
+# Every test here starts `date` processes that train: the slow tier (pyproject.toml).
+pytestmark = pytest.mark.slow
+
+
 CKPT2 = ["--set", "train.checkpoint_every=2"]
 
 

@@ -74,6 +74,7 @@ def test_the_hand_over_imports_nothing_heavy():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SCRIPT.exists(), reason="needs the installed console script")
 def test_a_recipe_module_in_the_current_folder_is_found(tmp_path):
     """`--recipe mine:digits` failed from the console script, which has its bin folder on
@@ -99,6 +100,7 @@ def test_a_recipe_module_in_the_current_folder_is_found(tmp_path):
 # ------------------------------------------------------------------ 2. runs that re-run
 
 
+@pytest.mark.slow
 def test_running_a_command_again_starts_a_new_run_and_resume_takes_the_newest(tmp_path):
     args = ["scale", "lenet-digits", "--batch", 256, *SHORT, "--max-steps", 3]
     first = run_group([sys.executable, "-m", "date_engine", *args], cwd=tmp_path)
@@ -212,6 +214,7 @@ def test_batch_takes_k_like_batches_and_help_reads_right():
 # ------------------------------------------------------------------ 7. packaging
 
 
+@pytest.mark.slow
 def test_a_built_wheel_has_the_recipes_and_finds_them_by_name(tmp_path):
     wheels = tmp_path / "wheels"
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
@@ -256,6 +259,7 @@ def test_the_progress_line_shows_no_number_before_it_has_one():
     assert "loss 0.5" in view._status() and "123 samples/s" in view._status()
 
 
+@pytest.mark.slow
 def test_a_short_run_logs_its_last_step_and_draws_its_curves(tmp_path):
     out = tmp_path / "run"
     result = date("scale", "lenet-digits", "--batch", 128, "--set", "baseline.epochs=0.55",
@@ -266,6 +270,7 @@ def test_a_short_run_logs_its_last_step_and_draws_its_curves(tmp_path):
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_a_dry_run_names_no_file_it_removed():
     result = date("scale", "lenet-digits", "--batch", 256, "--dry-run")
     assert result.returncode == 0, result.stderr
@@ -280,6 +285,7 @@ def test_the_example_without_arguments_says_how_to_run_it():
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_a_spec_whose_data_set_size_is_not_the_datas_is_refused(tmp_path):
     """lenet-mnist's spec trained as lenet-digits once ran with every epoch count 42× off after a
     note; now a size more than 10% off is refused, naming the fix and the spec's own recipe. An

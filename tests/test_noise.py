@@ -32,6 +32,7 @@ train: {log_every: 1}
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc", [1, 2], ids=["one process, 4 accumulation steps",
                                                "two processes (gloo), 2 accumulation steps each"])
 def test_the_estimate_matches_the_closed_form(nproc, write_spec, tmp_path):
@@ -55,6 +56,7 @@ def test_the_estimate_matches_the_closed_form(nproc, write_spec, tmp_path):
     assert payload["steps"] == 400
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc", [1, 2], ids=["one process", "two processes (gloo)"])
 def test_the_probe_measures_pairs_of_steps_against_the_closed_form(nproc, write_spec, tmp_path):
     """At an LR too small to move the weights consecutive steps have the same true gradient, so
@@ -79,6 +81,7 @@ def _last_checkpoint(out):
     return {k: v for k, v in found.payload.items() if not isinstance(v, torch.Tensor)}
 
 
+@pytest.mark.slow
 def test_one_gradient_per_step_is_not_measured(write_spec, tmp_path):
     spec = write_spec(LEAST_SQUARES.replace("iterations: 400", "iterations: 3"))
     out = tmp_path / "run"

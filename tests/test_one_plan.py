@@ -101,6 +101,7 @@ def test_the_batch_split_is_the_recipes_fitted_default():
     assert (odd["micro_batch"], odd["accumulation_steps"]) == (240, 1)  # 240 divides 240, ≤ 256
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc", [1, 2])
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
 def test_dry_run_trains_the_plan_date_plan_prints(path, nproc, tmp_path):
@@ -119,6 +120,7 @@ def test_dry_run_trains_the_plan_date_plan_prints(path, nproc, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_dry_runs_at_larger_batches_train_the_printed_plan(nproc, tmp_path):
     """The same at 8·B0 and at the largest batch the plan allows, on the recipe that dry-runs in

@@ -135,6 +135,7 @@ def probed(tmp_path_factory):
     return folder, result
 
 
+@pytest.mark.slow
 def test_date_probe_trains_a_share_of_the_baseline_and_writes_its_forecast(probed):
     folder, result = probed
     probe = Probe.read(folder / "probe.json")
@@ -154,6 +155,7 @@ def test_date_probe_trains_a_share_of_the_baseline_and_writes_its_forecast(probe
     assert "--probe" in again.stderr  # and says how to use it
 
 
+@pytest.mark.slow
 def test_an_interrupted_probe_is_continued_by_the_same_command(tmp_path):
     """A probe stopped by SIGTERM once left its folder refused ("already holds a probe") with
     nothing in it to use; the same command now continues its training from the checkpoint the
@@ -187,6 +189,7 @@ def test_an_interrupted_probe_is_continued_by_the_same_command(tmp_path):
     assert "Summary" not in again.stdout
 
 
+@pytest.mark.slow
 def test_plan_with_the_probe_forecasts_and_warns(probed):
     folder, _ = probed
     probe = Probe.read(folder / "probe.json")
@@ -208,6 +211,7 @@ def test_plan_with_the_probe_forecasts_and_warns(probed):
     assert len(other.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_the_forecast_says_what_to_do(probed):
     """Within B_hold the plan says no budget is needed; a ramp that plans more steps than the
     baseline's epochs says so; the forecast says how far past the probe its curve reaches."""
@@ -229,6 +233,7 @@ def test_the_forecast_says_what_to_do(probed):
     assert (f"this ramp plans {steps:,} steps, more than the {same:,}" in shown) == (steps > same)
 
 
+@pytest.mark.slow
 def test_sweep_report_puts_the_forecast_beside_the_cells(probed, tmp_path):
     folder, _ = probed
     probe = Probe.read(folder / "probe.json")
@@ -244,6 +249,7 @@ def test_sweep_report_puts_the_forecast_beside_the_cells(probed, tmp_path):
     assert [row["batch"] for row in forecasts["forecast"]["batches"]] == [64, 256]
 
 
+@pytest.mark.slow
 def test_a_time_budget_stops_the_run_with_a_checkpoint_to_resume(tmp_path):
     """What --budget-minutes rests on: RunConfig.max_seconds stops training, checkpointed."""
     import contextlib

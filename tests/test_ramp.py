@@ -325,6 +325,7 @@ def ramped(probe_file, tmp_path_factory):
     return out, result
 
 
+@pytest.mark.slow
 def test_a_ramped_run_trains_each_stage_at_its_batch(ramped, probe_file):
     """The default, measured ramp: the run moves up before the probe's plan where its own noise
     scale says, trains each stage at its batch, and leaves the plan it ran in plan.json."""
@@ -352,6 +353,7 @@ def test_a_ramped_run_trains_each_stage_at_its_batch(ramped, probe_file):
                      result.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["first", "last"])
 def test_a_ramped_run_killed_after_a_change_resumes_bit_for_bit(ramped, probe_file, tmp_path,
                                                                  which):
@@ -385,6 +387,7 @@ def test_a_ramped_run_killed_after_a_change_resumes_bit_for_bit(ramped, probe_fi
     assert json.loads((tmp_path / "killed" / "plan.json").read_text()) == plan
 
 
+@pytest.mark.slow
 def test_a_default_run_folder_names_its_budget(probe_file, tmp_path):
     """A ramp run was runs/lenet-digits-B256-2 beside the same-epochs run runs/...-B256."""
     from tests.runs import run_group
@@ -398,6 +401,7 @@ def test_a_default_run_folder_names_its_budget(probe_file, tmp_path):
         ["lenet-digits-B256-hold", "lenet-digits-B256-ramp"]
 
 
+@pytest.mark.slow
 def test_date_plan_shows_the_ramp(probe_file):
     result = date("plan", SPEC, *SHORT, "--batch", 256, "--budget", "ramp", "--probe", probe_file)
     assert result.returncode == 0, result.stderr
@@ -412,6 +416,7 @@ def test_date_plan_shows_the_ramp(probe_file):
     assert none.returncode == 2 and "date probe" in none.stderr
 
 
+@pytest.mark.slow
 def test_a_sweep_compares_budgets_side_by_side(probe_file, tmp_path):
     """`date sweep --budgets same-epochs,ramp,ramp-planned`: each scheme once per budget, the
     report's table with epochs and steps of each, and the metric against optimizer steps."""

@@ -97,6 +97,7 @@ METRICS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_recipe_trains_on_files_in_its_format(tmp_path, name):
     build, extra = CASES[name]
@@ -136,6 +137,7 @@ def test_recipe_trains_on_files_in_its_format(tmp_path, name):
     assert losses and all(loss == loss for loss in losses)  # finite, logged every step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, message",
     [
@@ -163,6 +165,7 @@ def test_missing_data_is_one_message_and_exit_2(tmp_path, name, message):
     assert "date data prepare" in result.stderr or "train.data_dir" in result.stderr
 
 
+@pytest.mark.slow
 def test_malformed_file_is_one_message_and_exit_2(tmp_path):
     mnist_fixture(tmp_path / "data")
     (tmp_path / "data" / "train-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8b broken gzip")

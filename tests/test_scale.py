@@ -28,6 +28,10 @@ from tests.runs import (
 # ------------------------------------------------------------------ the exact global batch
 
 
+# Every test here starts `date` processes that train: the slow tier (pyproject.toml).
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def batch64_runs(tmp_path_factory):
     """Batch 64 split three ways, 8 optimizer steps each: 64 × 1 × 1, 16 × 1 × 4, 16 × 2 × 2."""

@@ -18,6 +18,10 @@ from date_engine.runfolder import RunFolder
 from tests.conftest import ROOT
 from tests.runs import SPEC, date, final_model, finish
 
+# Every test here starts `date` processes that train: the slow tier (pyproject.toml).
+pytestmark = pytest.mark.slow
+
+
 SHORT = ["--set", "baseline.epochs=3", "--set", "baseline.warmup_epochs=0.1"]
 
 

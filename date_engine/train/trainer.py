@@ -503,8 +503,10 @@ class Trainer:
             window=point.window,
             time_before=point.train_seconds,
         )
+        # a dry run writes (and reads back) the one checkpoint at its end: a model that does not
+        # fit one step's checkpoint in memory or on disk fails there as the run would
         policy = ckpt.CheckpointPolicy(
-            1 if cfg.dry_run else train.checkpoint_every, train.checkpoint_minutes
+            DRY_RUN_STEPS if cfg.dry_run else train.checkpoint_every, train.checkpoint_minutes
         )
         began, self.done = time.perf_counter(), point.step
         stopped_by = self._loop(steps, data, log, policy, point.step)
