@@ -13,7 +13,6 @@ from typing import Annotated, Optional, get_args
 import typer
 from rich.console import Console
 
-from date_engine.catalog import step_path
 from date_engine.checks import (
     a_path,
     check_backend,
@@ -176,10 +175,7 @@ def plan_command(
 
             save_lr_plot(plot, [(scheme_name(planned.plan), planned.plan), *others.items()])
         if as_json:
-            document = planned.to_dict()
-            opt = planned.plan.optimizer
-            path_, why = step_path(opt.name, opt.options, opt.layer_ratio["mode"])
-            document["step"] = {"path": path_, "how": why}
+            document = planned.document()
             if others:
                 document["compare"] = {name: p.to_dict() for name, p in others.items()}
             print(json.dumps(document, indent=2))
@@ -579,7 +575,8 @@ app.add_typer(recipes_app, name="recipes")
 @recipes_app.callback(invoke_without_command=True)
 def recipes_command(ctx: typer.Context, as_json: Annotated[bool, _flag(
         "--json", help="A JSON list, one object per recipe.")] = False) -> None:
-    """List the registered recipes: model, data set, parameters, training samples, metric.
+    """List the registered recipes: model, data set, parameters, training samples, metric, and the
+    shipped baselines of each (date plan NAME and date recipes copy NAME take them).
 
     A table on a terminal; one tab-separated line per recipe in a pipe; --json for scripts."""
     if ctx.invoked_subcommand is not None:
@@ -595,7 +592,8 @@ def recipes_command(ctx: typer.Context, as_json: Annotated[bool, _flag(
             Console().print(recipes_table(recipes))
         else:  # a pipe: every field whole, one line per recipe
             for row in recipe_rows(recipes):
-                print("\t".join("" if v is None else str(v) for v in row.values()))
+                print("\t".join("" if v is None else ",".join(v) if isinstance(v, list) else
+                                str(v) for v in row.values()))
 
 
 @recipes_app.command("copy", epilog="Example: date recipes copy lenet-mnist my-baseline.yaml")

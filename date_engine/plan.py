@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, fields
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from date_engine.catalog import OptimizerSettings, entry
+from date_engine.catalog import OptimizerSettings, entry, step_path
 from date_engine.errors import PlanError
 from date_engine.forecast import Forecast, NoiseCurve, forecast
 from date_engine.probe import Probe, baseline_identity
@@ -749,6 +749,13 @@ class RunPlan(NamedTuple):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunPlan:
         return cls(Plan.from_dict(data), BatchSplit.from_dict(data))
+
+    def document(self) -> dict[str, Any]:
+        """What ``date plan --json`` and ``date scale --json`` print: :meth:`to_dict` and, as
+        ``step``, how the optimizer step runs (the catalog's word, not a derived number)."""
+        opt = self.plan.optimizer
+        path, how = step_path(opt.name, opt.options, opt.layer_ratio["mode"])
+        return {**self.to_dict(), "step": {"path": path, "how": how}}
 
 
 def resolve_plan(

@@ -132,6 +132,12 @@ def test_recipes_in_a_pipe_keep_every_name_whole():
         in result.stdout  # numbers whole too
     listed = json.loads(invoke("recipes", "--json").stdout)
     assert {r["name"] for r in listed} == set(names) and listed[1]["samples"] == 1437
+    # every shipped baseline is listed with its recipe (lstm-mnist-adam was not)
+    baselines = {r["name"]: r["baselines"] for r in listed}
+    assert baselines["lstm-mnist"] == ["lstm-mnist", "lstm-mnist-adam"]
+    listed_names = sorted(name for names in baselines.values() for name in names)
+    assert listed_names == sorted(p.stem for p in RECIPES.glob("*.yaml"))
+    assert "\tlstm-mnist,lstm-mnist-adam\n" in result.stdout
 
 
 # ------------------------------------------------------------------ 4. markup and optional packages

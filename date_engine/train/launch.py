@@ -70,12 +70,13 @@ def _run(config: RunConfig, options: LaunchOptions) -> int:
 
 
 def _print_record(config: RunConfig, code: int) -> int:
-    """With --json, rank 0 prints what the run wrote: its plan and (when it ended) its summary."""
+    """With --json, rank 0 prints what the run wrote: its plan (as date plan --json prints it) and
+    (when it ended) its summary."""
     if not config.print_json or job_environment().rank != 0:
         return code
     folder = RunFolder(config.output_dir)
     run_plan, summary = folder.read_plan(), folder.read_summary()
-    print(json.dumps({"plan": run_plan.to_dict() if run_plan else None,
+    print(json.dumps({"plan": run_plan.document() if run_plan else None,
                       "summary": dataclasses.asdict(summary) if summary else None,
                       "exit_code": code}, indent=2))
     return code
