@@ -199,3 +199,20 @@ def test_unknown_model_option_is_refused(tmp_path):
     )
     assert result.returncode == 2
     assert "model.hiden: not an option of recipe gnmt; its options: hidden, layers" in result.stderr
+
+
+def test_a_recipe_whose_functions_do_not_take_the_trainers_arguments_is_refused():
+    """A recipe written from docs that said loss(model, batch) died in the first step with a
+    40-line TypeError; it is now refused where it is loaded, naming the arguments."""
+    from dataclasses import replace
+
+    from date_engine.errors import DateError
+    from date_engine.recipes import _checked, get_recipe
+
+    base = get_recipe("lenet-digits")
+    _checked(base, "lenet-digits")  # the shipped ones take them
+    with pytest.raises(DateError, match=r"loss is called with 3 arguments \(model, batch, data\)"):
+        _checked(replace(base, loss=lambda model, batch: 0), "mine")
+    with pytest.raises(DateError, match=r"evaluate is called with 3 arguments"):
+        _checked(replace(base, evaluate=lambda model, batch: {}), "mine")
+    _checked(replace(base, loss=lambda *args: 0), "mine")  # anything that takes them will do

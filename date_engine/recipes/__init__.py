@@ -230,10 +230,35 @@ def _call(target: Any, name: str) -> Any:
         ) from None
 
 
+_CALLS = {"build_model": 1, "build_data": 2, "loss": 3, "evaluate": 3, "metric": 1}
+"""How many positional arguments the trainer passes each of a recipe's functions
+(``loss(model, batch, data)``: docs/training.md, "Recipes")."""
+
+
 def _checked(recipe: Any, name: str) -> Recipe:
     if not isinstance(recipe, Recipe):
         raise DateError(
             f"recipe '{name}' did not produce a date_engine.recipes.Recipe "
             f"(got {type(recipe).__name__})."
         )
+    import inspect
+
+    for field_name, count in _CALLS.items():
+        function = getattr(recipe, field_name)
+        try:
+            inspect.signature(function).bind(*range(count))
+        except TypeError:
+            raise DateError(
+                f"recipe '{name}': {field_name} is called with {count} argument"
+                f"{'s' if count > 1 else ''} ({_SIGNATURES[field_name]}), but "
+                f"{getattr(function, '__name__', field_name)}{inspect.signature(function)} "
+                "does not take them; see docs/training.md, Recipes."
+            ) from None
+        except ValueError:  # a builtin without a signature: trust it
+            continue
     return recipe
+
+
+_SIGNATURES = {"build_model": "options", "build_data": "data_options, options",
+               "loss": "model, batch, data", "evaluate": "model, batch, data",
+               "metric": "statistics"}
