@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
+
+import pytest
 
 from tests.conftest import ROOT
 
@@ -59,3 +62,233 @@ def test_relative_links_in_the_docs_resolve():
             if "://" not in target and not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+# ------------------------------------------------------------------ numbers the docs quote
+
+
+def _section(text: str, heading: str) -> str:
+    """The text from the heading that starts with ``heading`` to the next heading of its level."""
+    start = text.index(heading)
+    level = text[:start].rsplit("\n", 1)[-1] + heading.split(" ")[0]
+    rest = text[start + len(heading):]
+    end = re.search(rf"\n{re.escape(level.strip())} ", rest)
+    return rest[: end.start()] if end else rest
+
+
+def _tables(text: str) -> list[list[list[str]]]:
+    """Every markdown table in ``text``: its body rows as lists of cell texts."""
+    tables, rows = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif rows:
+            tables.append([r for r in rows[1:] if not set("".join(r)) <= set("-: ")])
+            rows = []
+    return tables
+
+
+def _number(cell: str) -> float:
+    return float(re.match(r"\**([−+-]?[\d,.]+)", cell).group(1).replace("−", "-")
+                 .replace(",", ""))
+
+
+def _sweep(link_cell: str) -> dict:
+    """results.json of the sweep whose report the cell links to."""
+    import json
+
+    report = re.search(r"\]\(([^)]+)/report\.md\)", link_cell).group(1)
+    return json.loads((ROOT / report / "results.json").read_text())["summary"]
+
+
+def _group(summary: dict, scheme: str, batch: int) -> dict:
+    return next(g for g in summary["groups"] if g["scheme"] == scheme and g["batch"] == batch)
+
+
+def test_readmes_rule_table_is_what_the_plan_derives():
+    """Each row of the default rule's table, at k = 16, against derive_plan."""
+    from date_engine import parse_spec
+    from date_engine.plan import derive_plan
+
+    table = _tables(_section(README, "## The default rule is per optimizer family"))[0]
+    exponents = {"k·η0": 1.0, "k^0.75·η0": 0.75, "√k·η0": 0.5}
+    seen = set()
+    for names, peak, also in table:
+        for name in (n.strip() for n in names.split(",")):
+            raw = {"baseline": {"batch_size": 16, "lr": 1e-3, "warmup_epochs": 0.1, "epochs": 10,
+                                "dataset_size": 1000, "optimizer": {"name": name}}}
+            if name == "adamw":
+                raw["baseline"]["optimizer"]["weight_decay"] = 0.01
+            plan = derive_plan(parse_spec(raw), 256)
+            assert plan.peak_lr == pytest.approx(16 ** exponents[peak] * 1e-3), name
+            options = plan.optimizer.options
+            if "α^k" in also and name == "rmsprop":
+                assert options["alpha"] == pytest.approx(0.99**16)
+            if "β2^k" in also and name in ("adam", "adamw"):
+                assert options["betas"][1] == pytest.approx(0.999**16)
+            if "ε/√k" in also:
+                assert options["eps"] == pytest.approx(options_default(name, "eps") / 4)
+            if "λ·k^0.25" in also and name == "adamw":
+                assert options["weight_decay"] == pytest.approx(0.01 * 16**0.25)
+            if also == "—":
+                assert {k: v for k, v in options.items()} == dict(raw_defaults(name))
+            seen.add(name)
+    assert seen == {"sgd", "momentum", "nesterov", "rmsprop", "adam", "adamw", "adagrad"}
+    paper = derive_plan(parse_spec({**raw, "date": {"rule": "paper"}}), 256)
+    assert paper.peak_lr == pytest.approx(4e-3)  # √16: the paper's rule, whatever the optimizer
+
+
+def options_default(name: str, key: str):
+    from date_engine.catalog import entry
+
+    return entry(name).defaults[key]
+
+
+def raw_defaults(name: str) -> dict:
+    from date_engine.catalog import entry
+
+    return dict(entry(name).defaults)
+
+
+def test_readmes_measured_tables_are_recomputed_from_the_sweeps():
+    """The rules table and the ramp table of the README, from each sweep's results.json: Δ is the
+    scheme's mean over seeds less the baseline's (accuracy points), perplexity its mean."""
+    rules = _tables(_section(README, "## The default rule is per optimizer family"))[1]
+    link = None
+    for study, k, *cells in rules:
+        link = study if "](" in study else link
+        summary = _sweep(link)
+        batch = int(k) * summary["baseline"]["batch"]
+        for scheme, cell in zip(("paper", "date", "linear"), cells):
+            group = _group(summary, scheme, batch)
+            perplexity = summary["metric"] == "perplexity"
+            want = round(group["mean"], 1) if perplexity else round(group["delta"], 2)
+            assert _number(cell) == pytest.approx(want, abs=0.006), (link, k, scheme, cell)
+    ramps = _tables(_section(README, "## `date sweep`"))[0]
+    for study, batch, steps, delta in ramps:
+        summary = _sweep(study)
+        group = _group(summary, "date+ramp", int(batch))
+        assert [int(s) for s in steps.split(", ")] == [r["steps"] for r in group["results"]]
+        assert _number(delta) == pytest.approx(round(group["delta"], 2), abs=0.006)
+        baseline_steps = int(re.search(r"([\d,]+) steps", study).group(1).replace(",", ""))
+        assert baseline_steps == summary["baseline"]["steps"]
+
+
+def _plan_lines(*args) -> list[str]:
+    from typer.testing import CliRunner
+
+    from date_engine.cli import app
+
+    result = CliRunner().invoke(app, ["plan", *args], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    return [line.rstrip() for line in result.stdout.splitlines()]
+
+
+def test_readmes_plan_excerpts_are_what_date_plan_prints():
+    """Every line of the two excerpts (the default rule, then the paper's §3.6 example under
+    date.rule: paper) is a line the command prints, at 100 columns."""
+    section = _section(README, "## `date plan`")
+    blocks = re.findall(r"```\n(DATE.*?)```", section, flags=re.S)
+    assert len(blocks) == 2
+    spec = str(ROOT / "recipes" / "lenet-mnist.yaml")
+    for block, extra in zip(blocks, ([], ["--set", "date.rule=paper"])):
+        printed = _plan_lines(spec, "--batch", "8192", *extra)
+        for line in block.splitlines():
+            if line.strip() != "...":
+                assert line.rstrip() in printed, line
+    # the numbers the prose quotes for §3.6 are the paper rule's
+    from date_engine import load_spec
+    from date_engine.plan import derive_plan
+
+    paper = derive_plan(load_spec(spec, ["date.rule=paper"]), 8192)
+    assert f"η = {paper.peak_lr:.4e}".replace("e-03", "e-3") in section
+    assert (paper.warmup_epochs, math.floor(paper.warmup_iterations), paper.total_iterations) == \
+        (16, 117, 220)
+
+
+def test_quick_start_numbers_are_the_plans():
+    """k, the peak LR's factor, the warmup and the steps the quick start quotes."""
+    from date_engine import load_spec, resolve_plan
+
+    spec = load_spec(ROOT / "recipes" / "lenet-digits.yaml")
+    big = resolve_plan(spec, 256).plan
+    base = resolve_plan(spec, 16).plan
+    section = _section(README, "## Quick start")
+    factor = big.peak_lr / spec.baseline.lr
+    assert (f"k = 16: peak LR ×{factor:g}, warmup {base.warmup_epochs:g} → "
+            f"{big.warmup_epochs:g} epochs, {base.total_iterations:,} → "
+            f"{big.total_iterations:,} steps") in section
+    rows = _tables(section)[0]
+    assert [_number(r[2]) for r in rows] == [base.total_iterations, big.total_iterations]
+
+
+def test_the_readmes_spec_block_is_a_valid_spec_with_the_defaults_it_says():
+    import yaml
+
+    from date_engine import parse_spec
+    from date_engine.catalog import spec_names
+    from date_engine.spec import DateSpec
+
+    block = re.search(r"```yaml\n(.*?)```", _section(README, "## The baseline spec"),
+                      flags=re.S).group(1)
+    spec = parse_spec(yaml.safe_load(block))
+    assert spec.date == DateSpec()  # "these are the defaults"
+    names = re.search(r"optimizer: \{name: rmsprop\} # ([\w |]+), with", block).group(1)
+    assert [n.strip() for n in names.split("|")] == list(spec_names())
+
+
+def test_architectures_backticked_names_exist():
+    """Every code name docs/architecture.md cites (`plan.derive_plan`, `Plan.lr`, `checkpoint`,
+    `_fused.py`, ...) is a module, file or attribute of date_engine."""
+    import dataclasses
+    import importlib
+    import inspect
+    import pkgutil
+
+    import date_engine
+
+    modules = {m.name: importlib.import_module(m.name)
+               for m in pkgutil.walk_packages(date_engine.__path__, "date_engine.")
+               if not m.name.endswith("__main__")}
+    files = {p.name for p in (ROOT / "date_engine").rglob("*")}
+    namespace: dict[str, list] = {}
+    for name, module in modules.items():
+        namespace.setdefault(name.rsplit(".", 1)[-1], []).append(module)
+        for attr, value in vars(module).items():
+            namespace.setdefault(attr, []).append(value)
+            if inspect.isclass(value) and value.__module__ == module.__name__:
+                fields = [f.name for f in dataclasses.fields(value)] \
+                    if dataclasses.is_dataclass(value) else []
+                for member in [*vars(value), *getattr(value, "model_fields", {}), *fields]:
+                    namespace.setdefault(member, []).append(getattr(value, member, None))
+
+    def resolves(dotted: str) -> bool:
+        first, *rest = dotted.split(".")
+        for start in namespace.get(first, []):
+            node = start
+            for part in rest:
+                fields = getattr(node, "model_fields", None)
+                if fields is not None and part in fields:
+                    node = fields[part].annotation
+                elif dataclasses.is_dataclass(node) and \
+                        part in {f.name for f in dataclasses.fields(node)}:
+                    node = None  # a field: its type is not followed further
+                elif hasattr(node, part):
+                    node = getattr(node, part)
+                else:
+                    break
+            else:
+                return True
+        return False
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    missing = []
+    for token in set(re.findall(r"`([^`\n]+)`", text)):
+        name = token.split("(")[0]
+        if name.endswith((".py", "/")):
+            if name.rstrip("/").split("/")[-1] not in files:
+                missing.append(token)
+        elif re.fullmatch(r"[A-Za-z_]\w*(\.\w+)*", name) and \
+                not re.fullmatch(r"\w+\.(json|md)", name) and not resolves(name):
+            missing.append(token)
+    assert not missing, missing
