@@ -2,12 +2,13 @@
 batch?
 
     python benchmarks/layer_ratio_digits.py [--optimizer rmsprop] [--batches 32,256,512,1024]
-        [--seeds 5] [--out layer_ratio_digits.json]
+        [--seeds 5] [--rule paper] [--out layer_ratio_digits.json]
 
 LeNet on scikit-learn's 8×8 digits (1,797 real scans; 1,437 train / 360 test, stratified, fixed
 split). The baseline — batch 32, the optimizer's usual LR, 0.5 warmup epochs, 40 epochs — is scaled
-by DATE's plan (sqrt LR, LEGW warmup, decay to the floor) to each batch; only the per-layer ratio
-rule changes between columns:
+by DATE's plan (by default the paper's rule, as docs/layer_ratios.md was measured: sqrt LR,
+LEGW warmup, decay to the floor; --rule date for the per-family default) to each batch; only the
+per-layer ratio rule changes between columns:
 
 - off: the base optimizer unchanged;
 - lars: the plain LARS ratio, r = ||w||/||g|| (static, c = 1, no clamp), as in docs/algorithm.md
@@ -58,7 +59,8 @@ def rules(gammas):
 
 
 def train_once(
-    data, optimizer: str, lr: float, batch: int, rule: LayerRatioSpec, seed: int
+    data, optimizer: str, lr: float, batch: int, rule: LayerRatioSpec, seed: int,
+    scaling_rule: str = "paper",
 ) -> float:
     xtr, ytr, xte, yte = data
     spec = parse_spec(
@@ -70,7 +72,8 @@ def train_once(
                 "epochs": 40,
                 "dataset_size": len(xtr),
                 "optimizer": {"name": optimizer},
-            }
+            },
+            "date": {"rule": scaling_rule},
         }
     )
     plan = derive_plan(spec, batch)
@@ -105,6 +108,8 @@ def main() -> None:
     parser.add_argument("--batches", default="32,256,512,1024")
     parser.add_argument("--gammas", default="1.5,2,4,8")
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--rule", default="paper", choices=["paper", "date"],
+                        help="date.rule of the plans (paper: as docs/layer_ratios.md measured)")
     parser.add_argument("--out", default="layer_ratio_digits.json")
     args = parser.parse_args()
     torch.set_num_threads(1)  # tiny model: threads only add overhead
@@ -117,7 +122,7 @@ def main() -> None:
     for batch in batches:
         for name, rule in named_rules:
             for seed in range(args.seeds):
-                acc = train_once(data, args.optimizer, lr, batch, rule, seed)
+                acc = train_once(data, args.optimizer, lr, batch, rule, seed, args.rule)
                 runs.append({"batch": batch, "rule": name, "seed": seed, "test_accuracy": acc})
     print(
         f"LeNet on 8x8 digits, base optimizer {args.optimizer} (lr {lr:g} at batch 32); test "

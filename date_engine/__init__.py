@@ -1,12 +1,13 @@
 """date_engine: DATE (Dynamic Adaptive-Tuning Engine, You et al., SC'19) for large-batch training.
 
-From a small-batch baseline that works, derive the plan for a large batch — sqrt-scaled learning
-rate, linear-epoch warmup (LEGW), decay to a floor — and train with it::
+From a small-batch baseline that works, derive the plan for a large batch — the peak learning rate
+and the optimizer's settings by the optimizer family's rule (the paper's √k with ``date.rule:
+paper``), linear-epoch warmup (LEGW), decay to a floor — and train with it::
 
     from date_engine import load_spec, resolve_plan
 
     plan, split = resolve_plan(load_spec("recipes/lenet-mnist.yaml"), batch=8192, world_size=8)
-    plan.peak_lr, plan.warmup_epochs, plan.total_iterations   # 3.5355e-3, 16.0, 220
+    plan.peak_lr, plan.warmup_epochs, plan.total_iterations   # 5.946e-3 (8^0.75·η0), 16.0, 220
     plan.lr(1)                                               # LR of optimizer step 1
     split.micro_batch, split.accumulation_steps              # 1024, 1: how 8192 splits over 8
 
