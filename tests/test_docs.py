@@ -292,3 +292,18 @@ def test_architectures_backticked_names_exist():
                 not re.fullmatch(r"\w+\.(json|md)", name) and not resolves(name):
             missing.append(token)
     assert not missing, missing
+
+
+def test_the_results_summary_quotes_the_ramp_sweeps():
+    """docs/results.md's opening numbers for the ramp at 32×, from the two sweeps' results.json."""
+    import json
+
+    section = _section((ROOT / "docs" / "results.md").read_text(), "## In short")
+    for study in ("lenet-mnist-ramp-pairs", "lstm-mnist-ramp-pairs"):
+        summary = json.loads((ROOT / "docs" / "results" / "sweeps" / study / "results.json")
+                             .read_text())["summary"]
+        group = _group(summary, "date+ramp", 4096)
+        steps = " and ".join(str(s) for s in sorted({r["steps"] for r in group["results"]}))
+        delta = f"{group['delta']:+.2f}".replace("-", "−")
+        assert f"{delta} in {steps} steps, the baseline's {summary['baseline']['steps']:,}" in \
+            " ".join(section.split()), study
