@@ -247,8 +247,8 @@ def in_dtype(dtype, grads_in_float64):
     (rounded) values, the starting point of the exact-arithmetic run."""
     params = {n: torch.nn.Parameter(v) for n, v in cast(make_params(), dtype).items()}
     grads = [cast(g, dtype) for g in grads_in_float64]
-    exact_params = {n: torch.nn.Parameter(p.detach().double()) for n, p in params.items()}
-    exact_grads = [{n: None if g is None else g.double() for n, g in step.items()}
+    exact_params = {n: torch.nn.Parameter(p.detach().double().clone()) for n, p in params.items()}
+    exact_grads = [{n: None if g is None else g.double().clone() for n, g in step.items()}
                    for step in grads]
     return params, grads, exact_params, exact_grads
 
@@ -292,6 +292,48 @@ def test_with_unit_ratios_it_is_its_base_in_every_dtype(base_name, dtype, implem
             finite = want[name].isfinite()
             assert torch.equal(got[name].isfinite(), finite), name
             assert torch.equal(got[name][finite], want[name][finite]), name
+
+
+def dtype_errors(base_name: str, dtype_name: str) -> tuple[float, float]:
+    """The largest error, over the three step paths and the LAYOUT's parameters, of DATE with
+    gamma = 1 and of its base, against float64 (units of :func:`error_of`; NaN/inf left out):
+    the numbers of docs/optimizer.md's table "Every dtype"."""
+    grads64 = gradients(steps=5, seed=3)
+    worst_date = worst_base = 0.0
+    for implementation in IMPLEMENTATIONS:
+        a, grads, exact_params, exact_grads = in_dtype(DTYPES[dtype_name], grads64)
+        b, _, _, _ = in_dtype(DTYPES[dtype_name], grads64)
+        date = DATE(build(base_name, a), mode="dynamic", gamma=1.0,
+                    **IMPLEMENTATIONS[implementation])
+        date_error = error_of(run(date, a, grads), exact := run(build(base_name, exact_params),
+                                                                exact_params, exact_grads))
+        base_error = error_of(run(build(base_name, b), b, grads), exact)
+        finite = base_error.isfinite() & date_error.isfinite()
+        worst_date = max(worst_date, date_error[finite].max().item())
+        worst_base = max(worst_base, base_error[finite].max().item())
+    return worst_date, worst_base
+
+
+def test_the_docs_dtype_table_is_what_the_paths_measure():
+    """docs/optimizer.md's table, recomputed (within 0.5 of a unit: the same arithmetic on another
+    CPU may round a step the other way)."""
+    import re
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "optimizer.md").read_text()
+    section = text[text.index("## Every dtype"):]
+    lines = [x for x in section.splitlines() if x.startswith("| `")]
+    header = [c.strip() for c in section.splitlines()[next(
+        i for i, x in enumerate(section.splitlines()) if x.startswith("| base"))].strip("|").split("|")]
+    assert {r.split("`")[1] for r in lines} == set(BASES)
+    for line in lines:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        base_name = cells[0].strip("`")
+        for dtype_name, cell in zip(header[1:], cells[1:]):
+            shown = [float(x) for x in re.findall(r"[\d.]+", cell)]
+            got = dtype_errors(base_name, dtype_name)
+            assert shown == pytest.approx(got, abs=0.5), (base_name, dtype_name, got)
 
 
 @pytest.mark.parametrize("base_name", BASES)

@@ -175,7 +175,7 @@ def test_every_dtype_on_both_paths_is_as_close_to_float64_as_the_other(case, dty
     errors = {}
     for fused in (True, False):
         params = {n: torch.nn.Parameter(v) for n, v in cast(make_params(), dtype).items()}
-        exact = {n: torch.nn.Parameter(p.detach().double()) for n, p in params.items()}
+        exact = {n: torch.nn.Parameter(p.detach().double().clone()) for n, p in params.items()}
         opt = build(cls, params, opts0, opts1, fused=fused)
         got = run(opt, params, grads)
         want = run(build(ref_cls, exact, opts0, opts1), exact,
