@@ -324,8 +324,8 @@ def test_the_docs_dtype_table_is_what_the_paths_measure():
     text = (ROOT / "docs" / "optimizer.md").read_text()
     section = text[text.index("## Every dtype"):]
     lines = [x for x in section.splitlines() if x.startswith("| `")]
-    header = [c.strip() for c in section.splitlines()[next(
-        i for i, x in enumerate(section.splitlines()) if x.startswith("| base"))].strip("|").split("|")]
+    head = next(x for x in section.splitlines() if x.startswith("| base"))
+    header = [c.strip() for c in head.strip("|").split("|")]
     assert {r.split("`")[1] for r in lines} == set(BASES)
     for line in lines:
         cells = [c.strip() for c in line.strip("|").split("|")]
