@@ -44,7 +44,7 @@ CASES = {
         _ptb,
         [
             "--set",
-            "baseline.dataset_size=50",
+            "baseline.dataset_size=69",  # the fixture's 20-token sequences
             "--set",
             "model.hidden=16",
             "--set",
@@ -55,7 +55,7 @@ CASES = {
         _ptb,
         [
             "--set",
-            "baseline.dataset_size=28",
+            "baseline.dataset_size=39",  # its 35-token sequences
             "--set",
             "model.hidden=16",
             "--set",
