@@ -154,7 +154,9 @@ def plan_command(
                                    "paper's, or DATE's default) and linear scaling + constant "
                                    "warmup (Goyal et al.).")] = False,
 ) -> None:
-    """Show every number DATE derives for BATCH, with its formula, before any training."""
+    """Show every number DATE derives for BATCH, with its formula, before any training: by
+    default the optimizer family's rule (k^p·η0 and the optimizer's batch-dependent settings);
+    --set date.rule=paper for the paper's √k·η0."""
     from date_engine.plan import resolve_plan
     from date_engine.sweep.schemes import SCHEMES, scheme_spec
 

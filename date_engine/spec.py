@@ -7,7 +7,7 @@ format; unknown keys are rejected so that a typo never silently falls back to a 
     recipe: lenet-mnist
     baseline: {batch_size: 1024, lr: 1.25e-3, warmup_epochs: 2, iterations: 1755,
                dataset_size: 60000, optimizer: {name: rmsprop}}
-    date: {scaling: sqrt, warmup: legw, warmup_shape: linear, lr_floor: 1.0e-6}
+    date: {rule: date, warmup_shape: linear, lr_floor: 1.0e-6}   # rule: paper for the SC'19 rule
     train: {micro_batch: 256}
 
 :func:`load_spec` reads a file, applies ``key=value`` overrides and returns a frozen :class:`Spec`,
