@@ -636,7 +636,8 @@ app.add_typer(data_app, name="data")
 
 @data_app.command("prepare", epilog="Example: date data prepare mnist data/mnist")
 def data_prepare_command(
-    name: Annotated[str, typer.Argument(help="mnist | fashion-mnist | shakespeare | en-de",
+    name: Annotated[str, typer.Argument(help="mnist | fashion-mnist | shakespeare | "
+                                        "shakespeare-text | en-de",
                                         show_default=False)],
     dest: Annotated[Path, typer.Argument(help="Folder to write (train.data_dir of the recipe).",
                                          show_default=False, parser=_path)],

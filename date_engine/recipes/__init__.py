@@ -35,6 +35,7 @@ _BUILTIN_MODULES = (
     "date_engine.recipes.ptb",
     "date_engine.recipes.gnmt",
     "date_engine.recipes.imagenet",
+    "date_engine.recipes.bert",
 )
 
 
@@ -93,6 +94,9 @@ class Recipe:
     """The metric from statistics summed over the whole eval set."""
     options: type | None = None
     """A pydantic model of the recipe's options (the spec's ``model:`` section), or None."""
+    details: Callable[[dict[str, float]], dict[str, float]] | None = None
+    """Other numbers of an evaluation, from the same summed statistics, logged beside the metric
+    (bert-mlm's loss on the masked tokens)."""
     description: str = ""
     requires: tuple[tuple[str, str, str], ...] = ()
     """Optional packages the recipe needs, as (module, pip extra of date-engine, what for):

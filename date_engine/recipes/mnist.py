@@ -1,4 +1,5 @@
-"""lenet-mnist and lstm-mnist: the paper's two MNIST applications, on MNIST's IDX files.
+"""lenet-mnist and lstm-mnist, the paper's two MNIST applications, and vit-mnist, a small Vision
+Transformer, on MNIST's IDX files.
 
 ``train.data_dir`` holds ``{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]`` (also under
 ``MNIST/raw/``, as torchvision writes them). Fashion-MNIST's files have the same names and format,
@@ -7,7 +8,7 @@ so the same recipes read it unchanged. ``date data prepare mnist <folder>`` lays
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from date_engine.recipes import DataOptions, Recipe, RecipeData, register_recipe
 from date_engine.recipes._classification import classification_recipe
@@ -19,6 +20,29 @@ class LSTMOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     hidden: int = Field(default=128, gt=0)
     """LSTM units (the paper: 128)."""
+
+
+class ViTOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    patch: int = Field(default=4, gt=0)
+    """Patch side in pixels; it must divide 28 (4: 49 patches, 7: 16)."""
+    dim: int = Field(default=64, gt=0)
+    """Width of the tokens."""
+    layers: int = Field(default=4, gt=0)
+    heads: int = Field(default=4, gt=0)
+    """Attention heads; they must divide ``dim``."""
+    mlp: int = Field(default=128, gt=0)
+    """Hidden width of each block's MLP."""
+
+    @model_validator(mode="after")
+    def _fits(self) -> ViTOptions:
+        if 28 % self.patch:
+            raise ValueError(f"patch {self.patch} does not tile a 28-pixel image; use a "
+                             "divisor of 28 (2, 4, 7, 14)")
+        if self.dim % self.heads:
+            raise ValueError(f"dim {self.dim} does not split into {self.heads} heads; use a "
+                             "number of heads that divides it")
+        return self
 
 
 def _mnist(options: DataOptions, model_options=None) -> RecipeData:
@@ -49,6 +73,13 @@ def _lstm(options: LSTMOptions):
     return RowLSTM(rows=28, hidden=options.hidden, num_classes=10)
 
 
+def _vit(options: ViTOptions):
+    from date_engine.models.vit import ViT
+
+    return ViT(image_size=28, patch=options.patch, dim=options.dim, layers=options.layers,
+               heads=options.heads, mlp=options.mlp, num_classes=10)
+
+
 @register_recipe("lenet-mnist")
 def lenet_mnist() -> Recipe:
     return classification_recipe(
@@ -62,3 +93,11 @@ def lstm_mnist() -> Recipe:
         "lstm-mnist", "1-layer LSTM over image rows", "MNIST (IDX files)", 512, TRAIN_SIZE, _lstm,
         _mnist, "An LSTM reads the 28 rows of each image; test accuracy (paper: 98.7%).",
         options=LSTMOptions)
+
+
+@register_recipe("vit-mnist")
+def vit_mnist() -> Recipe:
+    return classification_recipe(
+        "vit-mnist", "Vision Transformer (pre-LN, 4×4 patches)", "MNIST (IDX files)", 256,
+        TRAIN_SIZE, _vit, _mnist, "A small ViT over 4×4 patches of each image; test accuracy.",
+        options=ViTOptions)

@@ -122,12 +122,13 @@ class RunLogger:
 
     @contextmanager
     def evaluating(self, step: int, metric_name: str) -> Iterator[dict[str, float]]:
-        """Stop the training clock while the body evaluates; it puts the metric into the yielded
-        dict, which rank 0 then writes to metrics.jsonl."""
+        """Stop the training clock while the body evaluates; it puts the metric (and any other
+        numbers of the evaluation) into the yielded dict, which rank 0 then writes to
+        metrics.jsonl."""
         began, train_seconds, result = time.perf_counter(), self.train_seconds(), {}
         yield result
         if self.metrics is not None and metric_name in result:
-            self.metrics.write(eval_record(step, {metric_name: result[metric_name]}, train_seconds))
+            self.metrics.write(eval_record(step, dict(result), train_seconds))
         self._eval_seconds += time.perf_counter() - began
 
     def close_view(self) -> None:

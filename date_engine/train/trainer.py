@@ -738,6 +738,8 @@ class Trainer:
                 totals = dict(zip(keys, values.tolist()))
             model.train()
             result[self.recipe.metric_name] = self.recipe.metric(totals)
+            if self.recipe.details is not None:
+                result.update(self.recipe.details(totals))
         return result[self.recipe.metric_name]
 
     def _nonfinite(self, step: int, loss: torch.Tensor | None) -> None:

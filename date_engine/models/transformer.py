@@ -1,0 +1,68 @@
+"""A pre-LayerNorm transformer encoder: what a BERT-style masked LM and a Vision Transformer share.
+
+Each block is x + Attention(LN(x)), then x + MLP(LN(x)) (Xiong et al., 2020: the pre-LN layout
+trains without the post-LN warmup sensitivity), with a final LayerNorm after the last block.
+Attention is torch's ``scaled_dot_product_attention`` (fused kernels on CUDA, a plain one on the
+CPU); the MLP is Linear → GELU → Linear. Weights start from N(0, 0.02²) and biases from 0, as BERT's
+and ViT's reference code initialise them; LayerNorms from (1, 0).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["Encoder", "EncoderBlock", "init_weights"]
+
+
+class EncoderBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, mlp: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"the width {dim} does not split into {heads} heads")
+        self.heads, self.dropout = heads, dropout
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp), nn.GELU(), nn.Linear(mlp, dim))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, padding: Tensor | None = None) -> Tensor:
+        """``x``: (batch, tokens, dim); ``padding``: (batch, tokens), True where a token is
+        padding that no query may attend to."""
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads) \
+            .permute(2, 0, 3, 1, 4)
+        mask = None if padding is None else ~padding[:, None, None, :]
+        attended = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
+        x = x + self.drop(self.proj(attended.transpose(1, 2).reshape(b, t, d)))
+        return x + self.drop(self.mlp(self.norm2(x)))
+
+
+class Encoder(nn.Module):
+    """``layers`` blocks of width ``dim`` and a final LayerNorm."""
+
+    def __init__(self, dim: int, layers: int, heads: int, mlp: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(EncoderBlock(dim, heads, mlp, dropout) for _ in range(layers))
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: Tensor, padding: Tensor | None = None) -> Tensor:
+        for block in self.blocks:
+            x = block(x, padding)
+        return self.norm(x)
+
+
+@torch.no_grad()
+def init_weights(module: nn.Module, std: float = 0.02) -> None:
+    """N(0, std²) weights and zero biases for every Linear and Embedding, (1, 0) for LayerNorms."""
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=std)
+            if getattr(m, "bias", None) is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)

@@ -1,0 +1,129 @@
+"""bert-mlm's data: the WordPiece vocabulary and its cache, packed blocks, BERT's masking; and a
+tiny model trained through `date scale` beats predicting the most frequent token."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from date_engine.data.mlm import (
+    CLS,
+    IGNORE,
+    MASK,
+    SEP,
+    SPECIALS,
+    MaskedBlocks,
+    find_corpus,
+    mask_tokens,
+    wordpiece,
+)
+from date_engine.errors import DataMissing
+
+ANIMALS = ["cat", "dog", "bird", "horse", "fox"]
+PLACES = ["mat", "roof", "tree", "field", "hill"]
+
+
+def corpus(root, lines=3000, seed=0):
+    """{train,valid,test}.txt of a tiny language with structure a masked LM can learn: "the <animal>
+    sat on the <place> near the <animal> ." with each animal tied to its place."""
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+
+    def sentence():
+        i = rng.randrange(len(ANIMALS))
+        return f"the {ANIMALS[i]} sat on the {PLACES[i]} near the {rng.choice(ANIMALS)} ."
+
+    for split, n in (("train", lines), ("valid", lines // 10), ("test", lines // 10)):
+        (root / f"{split}.txt").write_text("\n".join(sentence() for _ in range(n)) + "\n")
+    return root
+
+
+def test_the_vocabulary_is_trained_once_per_corpus_and_cached_beside_it(tmp_path):
+    files = find_corpus(corpus(tmp_path / "text"))
+    tok = wordpiece(files["train"], 64)
+    cached = list((tmp_path / "text" / ".date-cache").glob("wordpiece-*-64.json"))
+    assert len(cached) == 1 and tok.get_vocab_size() <= 64
+    assert [tok.token_to_id(s) for s in SPECIALS] == list(range(len(SPECIALS)))
+    stamp = cached[0].stat().st_mtime_ns
+    again = wordpiece(files["train"], 64)  # read from the cache, not trained again
+    assert cached[0].stat().st_mtime_ns == stamp and again.get_vocab() == tok.get_vocab()
+    files["train"].write_text(files["train"].read_text() + "the fox sat on the moon .\n")
+    wordpiece(files["train"], 64)  # another corpus: another vocabulary beside the first
+    assert len(list((tmp_path / "text" / ".date-cache").glob("wordpiece-*-64.json"))) == 2
+
+
+def test_corpus_layouts_and_what_is_missing(tmp_path):
+    for names in (("train.txt", "valid.txt", "test.txt"),
+                  ("wiki.train.tokens", "wiki.valid.tokens", "wiki.test.tokens")):
+        root = tmp_path / names[0]
+        root.mkdir()
+        for name in names:
+            (root / name).write_text("a b c\n")
+        assert find_corpus(root)["train"].name == names[0]
+    with pytest.raises(DataMissing, match="no text corpus in .*train,valid,test.*shakespeare-text"):
+        find_corpus(tmp_path / "nothing")
+
+
+def test_blocks_are_framed_and_cover_the_stream(tmp_path):
+    files = find_corpus(corpus(tmp_path / "text", lines=200))
+    tok = wordpiece(files["train"], 64)
+    blocks = MaskedBlocks(files["train"], tok, 16)
+    stream = [i for e in tok.encode_batch(files["train"].read_text().splitlines()) for i in e.ids]
+    assert blocks.samples.shape == (len(stream) // 14, 16)
+    assert (blocks.samples[:, 0] == CLS).all() and (blocks.samples[:, -1] == SEP).all()
+    assert blocks.samples[:, 1:-1].flatten().tolist() == stream[: len(blocks) * 14]
+
+
+def test_masking_chooses_15_percent_and_splits_them_80_10_10():
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(len(SPECIALS), 1000, (512, 128), generator=gen)
+    tokens[:, 0], tokens[:, -1] = CLS, SEP
+    inputs, labels = mask_tokens(tokens, 1000, torch.Generator().manual_seed(1))
+    chosen = labels != IGNORE
+    assert not chosen[:, 0].any() and not chosen[:, -1].any()  # specials are never chosen
+    assert chosen.float().mean().item() * 128 / 126 == pytest.approx(0.15, abs=0.005)
+    assert torch.equal(labels[chosen], tokens[chosen])  # labels: the original tokens
+    masked = (inputs == MASK) & chosen
+    kept = (inputs == tokens) & chosen
+    replaced = chosen & ~masked & ~kept
+    n = chosen.sum().item()
+    assert masked.sum().item() / n == pytest.approx(0.8, abs=0.01)
+    assert kept.sum().item() / n == pytest.approx(0.1, abs=0.01)  # (a random draw may equal it)
+    assert replaced.sum().item() / n == pytest.approx(0.1, abs=0.01)
+    assert (inputs[replaced] >= len(SPECIALS)).all()
+    assert torch.equal(inputs[~chosen], tokens[~chosen])  # the rest is untouched
+    again = mask_tokens(tokens, 1000, torch.Generator().manual_seed(1))
+    assert torch.equal(again[0], inputs) and torch.equal(again[1], labels)  # seeded: repeatable
+    one = torch.tensor([[CLS, 7, 8, SEP]])  # too short for 15%: one position is still chosen
+    assert (mask_tokens(one, 100, torch.Generator().manual_seed(0))[1] != IGNORE).sum() == 1
+
+
+@pytest.mark.slow
+def test_a_tiny_model_trained_by_date_scale_beats_the_most_frequent_token(tmp_path):
+    """Through the real command: masked accuracy on valid.txt against the accuracy of always
+    predicting the token most frequent at the masked positions, with the MLM loss logged."""
+    from date_engine.recipes import DataOptions, get_recipe
+    from tests.conftest import RECIPES
+    from tests.runs import date
+
+    root = corpus(tmp_path / "text", lines=1500)
+    recipe = get_recipe("bert-mlm")
+    options = ["--set", "model.vocab=64", "--set", "model.seq_len=16", "--set", "model.dim=32",
+               "--set", "model.mlp=64", "--set", "model.layers=1"]
+    model = recipe.parse_options({"vocab": 64, "seq_len": 16, "dim": 32, "mlp": 64, "layers": 1})
+    data = recipe.build_data(DataOptions(data_dir=str(root)), model)
+    result = date("scale", RECIPES / "bert-mlm.yaml", "--batch", 32, *options,
+                  "--set", f"train.data_dir={root}",
+                  "--set", f"baseline.dataset_size={len(data.train)}", "--set", "baseline.epochs=8",
+                  "-o", tmp_path / "run", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    labels = torch.stack([label for _, label in data.eval])
+    masked = labels[labels != IGNORE]
+    unigram = 100.0 * masked.bincount().max().item() / masked.numel()
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    final = [r["eval"] for r in records if "eval" in r][-1]
+    assert final["masked_accuracy"] > unigram + 10, (final, unigram)
+    assert 0 < final["mlm_loss"] < 4
