@@ -387,7 +387,8 @@ def _optimizer(d: _Ledger, spec: Spec, k: float, p: float) -> OptimizerSettings:
             options["eps"] = d("ε", "optimizer.eps", options["eps"] / math.sqrt(k), "ε / √k",
                                f"{options['eps']:g} / √{fmt(k)}",
                                "the SDE scaling rule for adaptive methods (Malladi et al. 2022)")
-        if rule.decoupled_decay and options["weight_decay"]:
+        if rule.decoupled_decay and options["weight_decay"] and \
+                spec.date.weight_decay == "scaled":
             lam = options["weight_decay"]
             options["weight_decay"] = d(
                 "λ", "optimizer.weight_decay", lam * k ** (1 - p), f"λ · k^{1 - p:g}",

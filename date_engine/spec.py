@@ -244,6 +244,9 @@ class DateSpec(_Section):
     """LR during warmup: η·(e/w) or η·(e/w)²."""
     lr_floor: float = Field(default=1e-6, ge=0.0)
     """η̂: the decay stops at this LR."""
+    weight_decay: Literal["scaled", "fixed"] = "scaled"
+    """rule date, decoupled weight decay (AdamW): scaled — λ·k^(1−p), so that the decay's
+    timescale B/(η·λ) stays the same number of epochs; fixed — the baseline's λ, for comparisons."""
     layer_ratio: LayerRatioSpec = LayerRatioSpec()
     """Per-layer learning-rate ratios."""
     budget: Literal["same-epochs", "hold", "ramp"] = "same-epochs"

@@ -101,3 +101,13 @@ def test_the_papers_rule_changes_no_option_and_scales_by_sqrt():
     plan = derive_plan(spec, 3200)
     assert plan.peak_lr == pytest.approx(math.sqrt(32) * 0.01) and plan.lr_exponent == 0.5
     assert plan.optimizer.options == spec.baseline.optimizer.options()
+
+
+def test_fixed_weight_decay_keeps_adamws_lambda_and_scales_the_rest():
+    scaled = derive_plan(_spec({"name": "adamw", "weight_decay": 0.1}), 3200)
+    fixed = derive_plan(_spec({"name": "adamw", "weight_decay": 0.1}, weight_decay="fixed"), 3200)
+    assert scaled.optimizer.options["weight_decay"] == pytest.approx(0.1 * 32 ** 0.25)
+    assert fixed.optimizer.options["weight_decay"] == 0.1
+    assert "optimizer.weight_decay" not in {d.name for d in fixed.derivations}
+    assert fixed.peak_lr == scaled.peak_lr
+    assert fixed.optimizer.options["betas"] == scaled.optimizer.options["betas"]
