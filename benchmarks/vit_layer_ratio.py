@@ -58,6 +58,7 @@ def train(variant: str, data, steps: int, show: int | None = None) -> float:
         else:
             _update_ratio_step(base, adapted)
         if step == show and variant == "dynamic":
+            print(f"  step {step}  training loss {loss.item():.3f}")
             for (n, _), r in zip(adapted, opt.last_ratios.tolist()):
                 print(f"  step {step}  {n:32s} r={r:6.3f}  |w|={norms[n][0]:.3e}  "
                       f"|g|={norms[n][1]:.3e}")
