@@ -211,6 +211,8 @@ def test_grid_schemes_train_with_lars_lamb_and_adam_over_two_processes(tmp_path)
         "2e-3,2e-2",
         "--nproc",
         "2",
+        "--jobs",
+        "2",
         "--set",
         "baseline.epochs=1",
         "--set",
