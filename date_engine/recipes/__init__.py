@@ -25,8 +25,8 @@ from typing import Any
 
 from date_engine.errors import DateError
 
-__all__ = ["DataOptions", "Recipe", "RecipeData", "get_recipe", "list_recipes", "register_recipe",
-           "shipped_specs"]
+__all__ = ["DataOptions", "Recipe", "RecipeData", "check_heads", "get_recipe", "list_recipes",
+           "register_recipe", "shipped_specs"]
 
 ENTRY_POINT_GROUP = "date_engine.recipes"
 _BUILTIN_MODULES = (
@@ -138,6 +138,13 @@ class Recipe:
                 ) from None
             sentence = describe_error(err, prefix=("model",))
             raise DateError(f"{sentence[:-1]}; recipe {self.name}'s options: {allowed}.") from None
+
+
+def check_heads(dim: int, heads: int) -> None:
+    """For a transformer recipe's options: attention heads must split the width evenly."""
+    if dim % heads:
+        raise ValueError(f"dim {dim} does not split into {heads} heads; use a number of heads "
+                         "that divides it")
 
 
 def shipped_specs() -> dict[str, Path]:

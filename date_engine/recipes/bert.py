@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from date_engine.recipes import DataOptions, Recipe, RecipeData, register_recipe
+from date_engine.recipes import (
+    DataOptions,
+    Recipe,
+    RecipeData,
+    check_heads,
+    register_recipe,
+)
 
 
 class BertOptions(BaseModel):
@@ -31,9 +37,7 @@ class BertOptions(BaseModel):
 
     @model_validator(mode="after")
     def _fits(self) -> BertOptions:
-        if self.dim % self.heads:
-            raise ValueError(f"dim {self.dim} does not split into {self.heads} heads; use a "
-                             "number of heads that divides it")
+        check_heads(self.dim, self.heads)
         return self
 
 
@@ -86,25 +90,26 @@ def _model(options: BertOptions):
                     options.mlp)
 
 
-def _loss(model, batch, data=None):
-    import torch.nn.functional as F
-
+def _masked(model, batch):
+    """(logits, targets) at the positions the batch's labels keep."""
     from date_engine.data.mlm import IGNORE
 
     inputs, labels = batch
     chosen = labels != IGNORE
-    return F.cross_entropy(model(inputs, chosen), labels[chosen])
+    return model(inputs, chosen), labels[chosen]
+
+
+def _loss(model, batch, data=None):
+    import torch.nn.functional as F
+
+    return F.cross_entropy(*_masked(model, batch))
 
 
 def _evaluate(model, batch, data=None):
     import torch.nn.functional as F
 
-    from date_engine.data.mlm import IGNORE
-
-    inputs, labels = batch
-    chosen = labels != IGNORE
-    logits = model(inputs, chosen).float()
-    targets = labels[chosen]
+    logits, targets = _masked(model, batch)
+    logits = logits.float()
     return {"correct": (logits.argmax(-1) == targets).sum(), "count": targets.numel(),
             "nll": F.cross_entropy(logits, targets, reduction="sum")}
 

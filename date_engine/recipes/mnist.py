@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from date_engine.recipes import DataOptions, Recipe, RecipeData, register_recipe
+from date_engine.recipes import (
+    DataOptions,
+    Recipe,
+    RecipeData,
+    check_heads,
+    register_recipe,
+)
 from date_engine.recipes._classification import classification_recipe
 
 TRAIN_SIZE = 60_000
@@ -39,9 +45,7 @@ class ViTOptions(BaseModel):
         if 28 % self.patch:
             raise ValueError(f"patch {self.patch} does not tile a 28-pixel image; use a "
                              "divisor of 28 (2, 4, 7, 14)")
-        if self.dim % self.heads:
-            raise ValueError(f"dim {self.dim} does not split into {self.heads} heads; use a "
-                             "number of heads that divides it")
+        check_heads(self.dim, self.heads)
         return self
 
 
