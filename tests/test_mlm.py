@@ -101,6 +101,23 @@ def test_masking_chooses_15_percent_and_splits_them_80_10_10():
     assert (mask_tokens(one, 100, torch.Generator().manual_seed(0))[1] != IGNORE).sum() == 1
 
 
+def test_padding_tokens_change_no_other_position():
+    """A padded batch: what the real tokens' logits are does not depend on the padding."""
+    from date_engine.models.bert import MaskedLM
+
+    torch.manual_seed(0)
+    model = MaskedLM(vocab=50, seq_len=8, dim=16, layers=1, heads=2, mlp=32).eval()
+    ids = torch.tensor([[CLS, 7, 8, SEP, 0, 0], [CLS, 7, 8, SEP, 9, 9]])
+    padding = torch.tensor([[False] * 4 + [True] * 2, [False] * 4 + [True] * 2])
+    with torch.no_grad():
+        logits = model(ids, padding=padding)
+        unpadded = model(ids[:, :4])
+    assert torch.allclose(logits[:, :4], unpadded, atol=1e-5)
+    assert torch.allclose(logits[0, :4], logits[1, :4], atol=1e-5)
+    with torch.no_grad():  # without the mask the padding is attended to, and changes them
+        assert not torch.allclose(model(ids)[0, :4], unpadded[0], atol=1e-3)
+
+
 @pytest.mark.slow
 def test_a_tiny_model_trained_by_date_scale_beats_the_most_frequent_token(tmp_path):
     """Through the real command: masked accuracy on valid.txt against the accuracy of always

@@ -19,9 +19,8 @@ __all__ = ["MaskedLM"]
 
 class MaskedLM(nn.Module):
     def __init__(self, vocab: int, seq_len: int = 128, dim: int = 128, layers: int = 2,
-                 heads: int = 2, mlp: int = 512, dropout: float = 0.0, pad: int = 0) -> None:
+                 heads: int = 2, mlp: int = 512, dropout: float = 0.0) -> None:
         super().__init__()
-        self.pad = pad
         self.tokens = nn.Embedding(vocab, dim)
         self.position = nn.Embedding(seq_len, dim)
         self.encoder = Encoder(dim, layers, heads, mlp, dropout)
@@ -29,14 +28,16 @@ class MaskedLM(nn.Module):
         self.bias = nn.Parameter(torch.zeros(vocab))
         init_weights(self)
 
-    def forward(self, ids: Tensor, select: Tensor | None = None) -> Tensor:
+    def forward(self, ids: Tensor, select: Tensor | None = None,
+                padding: Tensor | None = None) -> Tensor:
         """Logits over the vocabulary: at every position, (batch, tokens, vocab); or, with a
         boolean ``select`` of ``ids``' shape, at the selected positions only, (selected, vocab) —
-        the masked ones, where the loss is: the head is then computed on ~15% of the tokens."""
+        the masked ones, where the loss is: the head is then computed on ~15% of the tokens.
+        ``padding`` (True at padding tokens, no query attends to them) is for batches that have
+        any; bert-mlm's packed blocks have none."""
         positions = torch.arange(ids.shape[1], device=ids.device)
         x = self.tokens(ids) + self.position(positions)
-        padding = ids == self.pad
-        x = self.encoder(x, padding if padding.any() else None)
+        x = self.encoder(x, padding)
         if select is not None:
             x = x[select]
         return F.linear(self.transform(x), self.tokens.weight, self.bias)
