@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from date_engine.data.idx import load_mnist
 from date_engine.models.vit import ViT
 from date_engine.optim import DATE
+from date_engine.optim.ratios import DEFAULTS, layer_ratios
 
 EMBEDDINGS = ("cls", "position", "head.weight")
 VARIANTS = ("off", "dynamic", "dynamic-no-embed", "update", "update-no-embed")
@@ -68,17 +69,14 @@ def train(variant: str, data, steps: int, show: int | None = None) -> float:
 
 
 @torch.no_grad()
-def _update_ratio_step(base: torch.optim.Optimizer, adapted, gamma: float = 8.0) -> None:
+def _update_ratio_step(base: torch.optim.Optimizer, adapted) -> None:
+    """The base's step, then DATE's dynamic rule (:func:`layer_ratios`) with the update's norm
+    where DATE takes the gradient's: w ← w_before + r·u."""
     before = [p.detach().clone() for _, p in adapted]
     base.step()
     update = [p - b for (_, p), b in zip(adapted, before)]
-    w = torch.stack([b.norm() for b in before])
-    u = torch.stack([x.norm() for x in update])
-    valid = (w > 0) & (u > 0)
-    rho = torch.where(valid, w / u.clamp_min(1e-30), torch.ones_like(w))
-    mean_log = torch.where(valid, rho.log(), torch.zeros_like(rho)).sum() / valid.sum()
-    r = torch.where(valid, (rho * torch.exp(-mean_log)).clamp(1 / gamma, gamma),
-                    torch.ones_like(rho))
+    r = layer_ratios(torch.stack([b.norm() for b in before]),
+                     torch.stack([x.norm() for x in update]), DEFAULTS)
     for (_, p), b, x, ri in zip(adapted, before, update, r):
         p.copy_(b + ri * x)
 
