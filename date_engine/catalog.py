@@ -119,10 +119,10 @@ CATALOG: Mapping[str, OptimizerEntry] = MappingProxyType({e.name: e for e in (
            betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False),
     # the comparison optimizers of docs/algorithm.md §4: they adapt per layer themselves
     _entry("lars", "layerwise", "date_engine.optim.lars:LARS", rule=SGD_RULE, momentum=0.9,
-           weight_decay=0.0),
+           weight_decay=0.0, phi_bounds=None),
     _entry("lamb", "layerwise", "date_engine.optim.lamb:LAMB",
            rule=_with(ADAPTIVE_RULE, second_moment="betas"), betas=(0.9, 0.999), eps=1e-6,
-           weight_decay=0.0),
+           weight_decay=0.0, phi_bounds=None),
     # torch's other adaptive optimizers (Rprop: sign-based): DATE wraps them with the update
     # placement; specs cannot name them
     *(_entry(name.lower(), "adaptive", f"torch.optim:{name}", in_spec=False)

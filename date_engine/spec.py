@@ -133,8 +133,12 @@ class OptimizerSpec(_Section):
     """AdaGrad's own learning-rate decay (default 0)."""
     initial_accumulator_value: float | None = Field(default=None, ge=0.0)
     """AdaGrad's starting sum of squares (default 0)."""
+    phi_bounds: tuple[float, float] | None = None
+    """LARS/LAMB: clamp φ(‖w‖) of the trust ratio to [lower, upper] (You et al. 2020); a lower
+    bound above 0 lets a layer that starts at zero (a zero-initialised head) grow. Default: φ is
+    the identity, as published."""
 
-    @field_validator("betas", mode="before")
+    @field_validator("betas", "phi_bounds", mode="before")
     @classmethod
     def _pair(cls, value: Any) -> Any:
         return tuple(value) if isinstance(value, list) else value  # YAML writes a list
@@ -149,6 +153,9 @@ class OptimizerSpec(_Section):
             )
         if self.betas is not None and not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must lie in [0, 1), got {list(self.betas)}")
+        if self.phi_bounds is not None and not 0.0 <= self.phi_bounds[0] < self.phi_bounds[1]:
+            raise ValueError(f"phi_bounds must be [lower, upper] with 0 <= lower < upper, got "
+                             f"{list(self.phi_bounds)}")
         return self
 
     @property

@@ -184,3 +184,32 @@ def test_every_dtype_on_both_paths_is_as_close_to_float64_as_the_other(case, dty
         assert errors[fused].isfinite().all(), (fused, errors[fused])
     assert (errors[True] <= 2 * errors[False] + 2).all(), errors
     assert (errors[False] <= 2 * errors[True] + 2).all(), errors
+
+
+def test_a_spec_s_phi_bounds_let_a_zero_initialised_layer_grow_under_lamb(lenet_raw):
+    """LAMB's step of a layer is η·φ(‖w‖)·u/‖u‖: with φ the identity a layer that starts at zero
+    (a transformer's zero-initialised head) grows by (1 + η) a step after its first;
+    ``phi_bounds`` from the spec reach the optimizer and a lower bound lets it grow."""
+    from date_engine import build_optimizer, derive_plan, parse_spec
+
+    def head_norm_after(optimizer_spec):
+        lenet_raw["baseline"]["optimizer"] = optimizer_spec
+        lenet_raw["date"] = {"layer_ratio": {"mode": "off"}}
+        plan = derive_plan(parse_spec(lenet_raw), 1024)
+        torch.manual_seed(0)
+        head = torch.nn.Linear(8, 4, bias=False)
+        torch.nn.init.zeros_(head.weight)
+        opt = build_optimizer(head.named_parameters(), plan.optimizer, lr=1e-3)
+        assert [g["phi_bounds"] for g in opt.param_groups] == \
+            [plan.optimizer.options["phi_bounds"]]
+        x, y = torch.randn(64, 8), torch.randint(0, 4, (64,))
+        for _ in range(50):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(head(x), y).backward()
+            opt.step()
+        return head.weight.norm().item()
+
+    published = head_norm_after({"name": "lamb"})
+    bounded = head_norm_after({"name": "lamb", "phi_bounds": [1.0, 10.0]})
+    # published: one step of η·‖u‖ while ‖w‖ = 0, then (1 + η) per step; bounded: η per step
+    assert published < 0.01 and bounded > 5 * published

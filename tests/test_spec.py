@@ -101,6 +101,15 @@ def test_optimizer_options_take_torch_defaults_unless_given():
             {"baseline": {"optimizer": {"name": "adam", "betas": [0.9, 1.5]}}},
             "betas must lie in [0, 1)",
         ),
+        (
+            {"baseline": {"optimizer": {"name": "adamw", "phi_bounds": [0.01, 10]}}},
+            "'phi_bounds' is not an option of the adamw optimizer",
+        ),
+        (
+            {"baseline": {"optimizer": {"name": "lamb", "phi_bounds": [1.0, 0.5]}},
+             "date": {"layer_ratio": {"mode": "off"}}},
+            "phi_bounds must be [lower, upper] with 0 <= lower < upper",
+        ),
         ({"train": {"precision": "fp8"}}, "train.precision: must be one of"),
     ],
 )

@@ -187,7 +187,8 @@ def _ramp_table(plan: Plan, split: BatchSplit) -> list[RenderableType]:
                       f"{plan.epoch(st.last_step):.4g}",
                       f"{st.batch} = {sub.micro_batch} × {sub.world_size} × "
                       f"{sub.accumulation_steps}", _lr(st.peak_lr),
-                      ", ".join(f"{k} {_option(v)}" for k, v in st.options.items()),
+                      ", ".join(f"{k} {_option(v)}" for k, v in st.options.items()
+                                if v is not None),
                       noise if st.first_step > 1 else "—")
     lines: list[RenderableType] = [table]
     if measured:
@@ -225,7 +226,7 @@ def _split_line(split: BatchSplit) -> Text:
 def describe_optimizer(plan: Plan) -> str:
     """``DATE (dynamic, gamma 8) over rmsprop (alpha 0.92274, eps 3.5355e-09, ...)``."""
     opt = plan.optimizer
-    options = ", ".join(f"{k} {_option(v)}" for k, v in opt.options.items())
+    options = ", ".join(f"{k} {_option(v)}" for k, v in opt.options.items() if v is not None)
     ratio = dict(opt.layer_ratio)
     mode = ratio.pop("mode")
     if mode == "off":
