@@ -27,7 +27,7 @@ epochs the curve is extrapolated. Plain Python: ``date plan`` imports no torch.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 __all__ = ["HOLDING_FACTOR", "Forecast", "NoiseCurve", "epochs_factor", "forecast",
@@ -42,15 +42,37 @@ _GRID = 2000  # midpoints of the integral; the integrand is smooth and bounded b
 @dataclass(frozen=True)
 class NoiseCurve:
     """B_noise(e) = a·e^β, fitted to (epoch, B_noise) points measured from ``first`` to ``last``
-    epoch."""
+    epoch; with the fit's statistics, the standard error of log B_noise at any epoch."""
 
     a: float
     beta: float
     first: float
     last: float
+    points: int = 0
+    """Measurements the fit used (0: not recorded, as in plans written before it was)."""
+    spread: float = 0.0
+    """s, the standard deviation of the fit's residuals in log B_noise (n − 2 degrees of
+    freedom; 0 for two points, which a line always fits)."""
+    center: float = 0.0
+    """x̄, the mean log epoch of the fit's points."""
+    sxx: float = 0.0
+    """Σ (log e − x̄)² over the fit's points."""
 
     def __call__(self, epoch: float) -> float:
         return self.a * max(epoch, 1e-9) ** self.beta
+
+    def log_error(self, epoch: float) -> float:
+        """The standard error of the fitted log B_noise at ``epoch``: s·√(1/n + (log e − x̄)²/Sxx),
+        the least-squares line's own (it grows with the distance from the probed epochs); NaN
+        where the fit has fewer than three points to measure s from."""
+        if self.points < 3 or self.sxx <= 0:
+            return math.nan
+        x = math.log(max(epoch, 1e-9))
+        return self.spread * math.sqrt(1 / self.points + (x - self.center) ** 2 / self.sxx)
+
+    def shifted(self, z: float) -> Callable[[float], float]:
+        """The curve ``z`` standard errors above (z > 0) or below the fit at every epoch."""
+        return lambda epoch: self(epoch) * math.exp(z * self.log_error(epoch))
 
     @classmethod
     def fit(cls, points: Sequence[tuple[float, float]]) -> NoiseCurve:
@@ -64,20 +86,24 @@ class NoiseCurve:
         if len({e for e, _ in usable[lowest:]}) >= 2:
             usable = usable[lowest:]
         xs, ys = [math.log(e) for e, _ in usable], [math.log(b) for _, b in usable]
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        beta = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+        n = len(xs)
+        mx, my = sum(xs) / n, sum(ys) / n
+        sxx = sum((x - mx) ** 2 for x in xs)
+        beta = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+        residuals = [y - my - beta * (x - mx) for x, y in zip(xs, ys)]
+        spread = math.sqrt(sum(r * r for r in residuals) / (n - 2)) if n > 2 else 0.0
         return cls(math.exp(my - beta * mx), beta, min(e for e, _ in usable),
-                   max(e for e, _ in usable))
+                   max(e for e, _ in usable), points=n, spread=spread, center=mx, sxx=sxx)
 
 
-def epochs_factor(curve: NoiseCurve, batch: int, baseline_batch: int,
+def epochs_factor(curve: Callable[[float], float], batch: int, baseline_batch: int,
                   baseline_epochs: float) -> float:
     """f = E_B / E0: how many times the baseline's epochs batch ``batch`` needs to reach the
     baseline's loss (1 at the baseline's batch, below 1 for a smaller batch)."""
     return mean_cost(curve, batch, baseline_batch, 0.0, baseline_epochs)
 
 
-def mean_cost(curve: NoiseCurve, batch: int, baseline_batch: int, start: float,
+def mean_cost(curve: Callable[[float], float], batch: int, baseline_batch: int, start: float,
               end: float) -> float:
     """The mean over the baseline's progress ``start``..``end`` (epochs) of what a stretch costs
     at ``batch`` per epoch it costs the baseline: (B_noise(e) + B) / (B_noise(e) + B0), by the
@@ -90,7 +116,8 @@ def mean_cost(curve: NoiseCurve, batch: int, baseline_batch: int, start: float,
     return total / _GRID
 
 
-def holding_batch(curve: NoiseCurve, baseline_batch: int, baseline_epochs: float) -> int:
+def holding_batch(curve: Callable[[float], float], baseline_batch: int,
+                  baseline_epochs: float) -> int:
     """B_hold, the batch at which f = HOLDING_FACTOR (bisection; f grows with the batch)."""
     low, high = float(baseline_batch), float(baseline_batch)
     while epochs_factor(curve, int(high), baseline_batch, baseline_epochs) < HOLDING_FACTOR:
@@ -122,6 +149,10 @@ class Forecast:
     """B_hold: the largest batch expected to hold accuracy at the baseline's epochs."""
     noise_at_end: float
     """B_noise at the end of the baseline's epochs (extrapolated past the probe)."""
+    holding_low: int | None = None
+    holding_high: int | None = None
+    """B_hold on the noise curve one standard error of the probe's fit below and above
+    (:meth:`NoiseCurve.log_error`); None where the fit has too few points to say."""
 
     @property
     def loses_at_same_epochs(self) -> bool:
@@ -144,4 +175,14 @@ def forecast(curve: NoiseCurve, batch: int, baseline_batch: int, baseline_epochs
         baseline_steps=math.ceil(baseline_epochs * dataset_size / baseline_batch),
         holding_batch=holding_batch(curve, baseline_batch, baseline_epochs),
         noise_at_end=curve(baseline_epochs),
+        **_holding_range(curve, baseline_batch, baseline_epochs),
     )
+
+
+def _holding_range(curve: NoiseCurve, baseline_batch: int,
+                   baseline_epochs: float) -> dict[str, int | None]:
+    """B_hold one standard error of the fit below and above (None without a measured spread)."""
+    if math.isnan(curve.log_error(baseline_epochs)):
+        return {"holding_low": None, "holding_high": None}
+    return {"holding_low": holding_batch(curve.shifted(-1.0), baseline_batch, baseline_epochs),
+            "holding_high": holding_batch(curve.shifted(1.0), baseline_batch, baseline_epochs)}

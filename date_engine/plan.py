@@ -579,6 +579,16 @@ def _forecast(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, b0: 
     d("B_hold", "forecast.holding_batch", ahead.holding_batch, "B where f = 4/3",
       f"B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}",
       "beyond it same-epoch training is expected to lose accuracy")
+    if ahead.holding_low is not None:
+        d("s", "forecast.log_error", curve.log_error(e0), "s_fit · √(1/n + (ln E0 − x̄)²/Sxx)",
+          f"s_fit = {curve.spread:.3g}, n = {curve.points}, ln E0 = {math.log(e0):.3g}, "
+          f"x̄ = {curve.center:.3g}, Sxx = {curve.sxx:.3g}",
+          "standard error of ln B_noise(E0): the probe's scatter about its line, growing with "
+          "the extrapolation")
+        d("B_hold−", "forecast.holding_low", ahead.holding_low, "B_hold on B_noise(e)·e^−s(e)",
+          "one standard error below the fit", "the probe's own uncertainty, not the model's")
+        d("B_hold+", "forecast.holding_high", ahead.holding_high, "B_hold on B_noise(e)·e^+s(e)",
+          "one standard error above the fit", "the probe's own uncertainty, not the model's")
     return ahead
 
 

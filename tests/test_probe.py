@@ -42,6 +42,35 @@ def test_curve_fit_recovers_a_power_law():
     assert NoiseCurve.fit([(0.1, 300.0), (0.2, 200.0), (0.4, 100.0)]).beta < 0
 
 
+def test_the_fit_s_standard_error_is_the_least_squares_line_s():
+    """s = √(Σr²/(n−2)) of the log residuals, and the line's standard error at ln e is
+    s·√(1/n + (ln e − x̄)²/Sxx): smallest at the probed epochs' centre, growing with the
+    extrapolation; the B_hold range brackets B_hold and widens with the scatter."""
+    epochs = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    wobble = [1.1, 0.9, 1.05, 0.95, 1.1, 0.9]
+    curve = NoiseCurve.fit([(e, 50 * e**0.7 * w) for e, w in zip(epochs, wobble)])
+    xs = [math.log(e) for e in epochs]
+    ys = [math.log(50 * e**0.7 * w) for e, w in zip(epochs, wobble)]
+    mx, my = sum(xs) / 6, sum(ys) / 6
+    sxx = sum((x - mx) ** 2 for x in xs)
+    beta = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    s = math.sqrt(sum((y - my - beta * (x - mx)) ** 2 for x, y in zip(xs, ys)) / 4)
+    assert (curve.points, curve.spread, curve.sxx) == (6, pytest.approx(s), pytest.approx(sxx))
+    at = {e: curve.log_error(e) for e in (math.exp(mx), 0.6, 6.0, 60.0)}
+    assert at[math.exp(mx)] == pytest.approx(s / math.sqrt(6))
+    assert at[math.exp(mx)] < at[0.6] < at[6.0] < at[60.0]
+    assert curve.shifted(1.0)(6.0) == pytest.approx(curve(6.0) * math.exp(at[6.0]))
+    ahead = forecast(curve, 4096, 128, 10, 60000)
+    assert ahead.holding_low < ahead.holding_batch < ahead.holding_high
+    steadier = NoiseCurve.fit([(e, 50 * e**0.7 * (1 + (w - 1) / 4))
+                               for e, w in zip(epochs, wobble)])
+    close = forecast(steadier, 4096, 128, 10, 60000)
+    assert close.holding_high / close.holding_low < ahead.holding_high / ahead.holding_low
+    # two points (or a plan written before the statistics) say nothing about the scatter
+    assert math.isnan(NoiseCurve.fit([(0.1, 10.0), (0.2, 20.0)]).log_error(1.0))
+    assert forecast(FLAT, 4096, 128, 10, 60000).holding_low is None
+
+
 def test_a_constant_noise_scale_gives_mccandlish_closed_forms():
     """With B_noise constant, E_B/E0 = (B_noise + B)/(B_noise + B0) and f = 4/3 (B_hold) at
     B = (B_noise + 4·B0)/3."""

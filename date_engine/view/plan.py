@@ -124,7 +124,7 @@ def _forecast_lines(plan: Plan) -> list[Text]:
                 f"{ahead.steps:,} steps against the baseline's {plan.baseline_iterations:,} "
                 f"({plan.baseline_iterations / ahead.steps:.3g}× fewer); the largest batch "
                 f"expected to hold accuracy at the baseline's epochs ≈ {ahead.holding_batch:,}.")
-    lines = [text]
+    lines = [text, _how_sure(plan)]
     same_epochs_steps = math.ceil(plan.baseline_iterations * b0 / b)
     if plan.budget == "ramp" and plan.total_iterations > same_epochs_steps:
         lines.append(Text(
@@ -221,6 +221,27 @@ def _split_line(split: BatchSplit) -> Text:
     text = Text("Batch split: ", style="bold")
     text.append(describe_split(split))
     return text
+
+
+def _how_sure(plan: Plan) -> Text:
+    """One sentence on how far the forecast can be trusted: the probe's own uncertainty (B_hold
+    one standard error of its fit either side) and how far the fit is extrapolated."""
+    ahead, curve = plan.forecast, plan.noise_curve
+    e0 = plan.baseline_iterations * plan.baseline_batch / plan.dataset_size
+    reach = f"extrapolated {e0 / curve.last:.3g}× past the probe's last point"
+    if ahead.holding_low is None:
+        return Text(f"How sure: not measured — the fit has {curve.points or 'too few'} points, "
+                    f"{reach}; a longer probe (--share) measures its spread.", style="yellow")
+    low, high = ahead.holding_low, ahead.holding_high
+    wide = high > 2 * low
+    return Text(
+        f"How sure: within one standard error of the probe's fit ({curve.points} points) "
+        f"B_hold lies in {low:,}–{high:,}"
+        + ("; that spans more than 2×, so the forecast cannot be trusted at this length of "
+           "probe: a longer probe (--share) narrows it." if wide else
+           "; that is the probe's scatter only: how far the model itself missed on studies it "
+           "was not fitted on is in docs/noise.md (held-out)."),
+        style="yellow" if wide else "")
 
 
 def describe_optimizer(plan: Plan) -> str:
