@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["HOLDING_FACTOR", "Forecast", "NoiseCurve", "epochs_factor", "forecast",
+__all__ = ["HOLDING_FACTOR", "Forecast", "NoiseCurve", "batch_slope", "epochs_factor", "forecast",
            "holding_batch", "mean_cost"]
 
 HOLDING_FACTOR = 4 / 3
@@ -116,21 +116,20 @@ def mean_cost(curve: Callable[[float], float], batch: int, baseline_batch: int, 
     return total / _GRID
 
 
+def batch_slope(curve: Callable[[float], float], baseline_batch: int,
+                baseline_epochs: float) -> float:
+    """M, the slope of f in the batch: f(B) = 1 + (B − B0)·M, M the mean over the baseline's
+    epochs of 1/(B_noise(e) + B0) (the integrand of :func:`epochs_factor` is linear in B)."""
+    step = baseline_epochs / _GRID
+    return sum(1.0 / (curve((i + 0.5) * step) + baseline_batch) for i in range(_GRID)) / _GRID
+
+
 def holding_batch(curve: Callable[[float], float], baseline_batch: int,
-                  baseline_epochs: float) -> int:
-    """B_hold, the batch at which f = HOLDING_FACTOR (bisection; f grows with the batch)."""
-    low, high = float(baseline_batch), float(baseline_batch)
-    while epochs_factor(curve, int(high), baseline_batch, baseline_epochs) < HOLDING_FACTOR:
-        low, high = high, high * 2
-        if high > 2**40:
-            return int(high)
-    while high - low > max(1.0, 0.001 * low):
-        mid = (low + high) / 2
-        if epochs_factor(curve, int(mid), baseline_batch, baseline_epochs) < HOLDING_FACTOR:
-            low = mid
-        else:
-            high = mid
-    return int(low)
+                  baseline_epochs: float, factor: float = HOLDING_FACTOR) -> int:
+    """B_hold, the batch at which f = ``factor`` (HOLDING_FACTOR by default):
+    B0 + (factor − 1)/M (:func:`batch_slope`)."""
+    slope = batch_slope(curve, baseline_batch, baseline_epochs)
+    return int(min(baseline_batch + (factor - 1.0) / slope, 2.0**40))
 
 
 @dataclass(frozen=True)

@@ -278,15 +278,15 @@ def test_fuzz_probe_files(tmp_path, changes, budget):
         *parents, last = dotted.split(".")
         node = data
         for part in parents:
-            if isinstance(node, list):
-                node = node[int(part)] if int(part) < len(node) else None
+            if isinstance(node, list):  # an earlier change may have made a mapping a list
+                node = node[int(part)] if part.isdigit() and int(part) < len(node) else None
             else:
                 node = node.get(part)
             if not isinstance(node, (dict, list)):
                 break
         else:
             if isinstance(node, list):
-                if int(last) < len(node):
+                if last.isdigit() and int(last) < len(node):
                     node[int(last)] = value
             elif remove:
                 node.pop(last, None)

@@ -341,3 +341,13 @@ def test_quick_start_accuracy_at_16x_is_what_the_command_trains(tmp_path):
     row = next(r for r in _tables(_section(README, "## Quick start"))[0] if "--batch 256" in r[0])
     assert _number(row[2]) == summary["steps"]
     assert abs(_number(row[3]) - summary["metric"]) <= 100 / 360 + 0.005, (row[3], summary)
+
+
+def test_the_held_out_table_is_recomputed_from_the_probes_and_sweeps():
+    """docs/noise.md's leave-one-study-out table of B_hold's constant and the sentence under it
+    are what studies/holdout.py computes from the stored probes and sweeps."""
+    from studies.holdout import summary, table
+
+    section = _section((ROOT / "docs" / "noise.md").read_text(), "### Held out")
+    assert table() in section
+    assert summary() in section

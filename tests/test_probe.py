@@ -66,6 +66,11 @@ def test_the_fit_s_standard_error_is_the_least_squares_line_s():
                                for e, w in zip(epochs, wobble)])
     close = forecast(steadier, 4096, 128, 10, 60000)
     assert close.holding_high / close.holding_low < ahead.holding_high / ahead.holding_low
+    # B_hold is where f crosses 4/3 (f is linear in B: B0 + (4/3 − 1)/M)
+    for c in (curve, steadier, FLAT):
+        hold = holding_batch(c, 128, 10)
+        assert epochs_factor(c, hold, 128, 10) <= 4 / 3 + 1e-9
+        assert epochs_factor(c, hold + 1, 128, 10) > 4 / 3
     # two points (or a plan written before the statistics) say nothing about the scatter
     assert math.isnan(NoiseCurve.fit([(0.1, 10.0), (0.2, 20.0)]).log_error(1.0))
     assert forecast(FLAT, 4096, 128, 10, 60000).holding_low is None

@@ -240,7 +240,7 @@ def _how_sure(plan: Plan) -> Text:
         + ("; that spans more than 2×, so the forecast cannot be trusted at this length of "
            "probe: a longer probe (--share) narrows it." if wide else
            "; that is the probe's scatter only: how far the model itself missed on studies it "
-           "was not fitted on is in docs/noise.md (held-out)."),
+           "was not fitted on is in docs/noise.md, \"Held out\"."),
         style="yellow" if wide else "")
 
 

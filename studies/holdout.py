@@ -1,0 +1,165 @@
+"""Leave-one-study-out checks of the forecast's calibration (docs/noise.md, "Held out").
+
+B_hold is where the forecast's epoch factor f reaches a constant (HOLDING_FACTOR = 4/3, chosen on
+the first three studies). A constant chosen on the studies it is then checked on says little; here
+each study is left out in turn, the constant is chosen on the others the way 4/3 was (the f that
+puts every other probe's B_hold closest to the largest batch its sweep held, in the worst case),
+and the left-out study's B_hold under that f is compared with what its sweep measured.
+
+f is linear in the batch, f(B) = 1 + (B − B0)·M with M the mean of 1/(B_noise(e) + B0) over the
+baseline's epochs (date_engine.forecast.holding_batch), so B_hold for any f needs one integral per
+probe. Inputs are the files the studies left in docs/results: each study's probe.json (one per
+probe seed) and the results.json of its same-epochs sweep of the default rule.
+
+    python -m studies.holdout        # the table docs/noise.md carries (a test compares them)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from date_engine.forecast import HOLDING_FACTOR, batch_slope
+from date_engine.probe import Probe
+
+RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    what: str
+    """Data set, model and optimizer, for the table."""
+    probes: tuple[str, ...]
+    """probe.json folders under docs/results (one per probe seed)."""
+    sweep: str
+    """The sweep (under docs/results/sweeps) whose ``date`` cells trained the baseline's epochs."""
+
+    @cached_property
+    def curves(self) -> list[Probe]:
+        return [Probe.read(RESULTS / folder / "probe.json") for folder in self.probes]
+
+    @cached_property
+    def verdicts(self) -> dict[int, bool]:
+        """Batch -> whether the default rule held accuracy there in the baseline's epochs."""
+        summary = json.loads((RESULTS / "sweeps" / self.sweep / "results.json").read_text())
+        return {g["batch"]: g["holds"] for g in summary["summary"]["groups"]
+                if g["scheme"] == "date" and g["holds"] is not None}
+
+    @cached_property
+    def slopes(self) -> list[float]:
+        """M of each probe: f(B) = 1 + (B − B0)·M."""
+        return [batch_slope(p.curve, self.baseline_batch, p.baseline_epochs) for p in self.curves]
+
+    @property
+    def baseline_batch(self) -> int:
+        return self.curves[0].baseline["batch_size"]
+
+    @property
+    def largest_held(self) -> int:
+        """The largest batch that held (the baseline's own when none did)."""
+        return max([b for b, held in self.verdicts.items() if held], default=self.baseline_batch)
+
+    @property
+    def smallest_lost(self) -> int | None:
+        lost = [b for b, held in self.verdicts.items() if not held and b > self.largest_held]
+        return min(lost, default=None)
+
+    def holding_batches(self, factor: float) -> list[int]:
+        """B_hold of each probe at f = ``factor``."""
+        return [int(self.baseline_batch + (factor - 1) / m) for m in self.slopes]
+
+    def worst_miss(self, factor: float) -> float:
+        """The largest factor, over the probes, between B_hold and the largest batch that held
+        (≥ 1; 1 is exact)."""
+        return max(max(h / self.largest_held, self.largest_held / h)
+                   for h in self.holding_batches(factor))
+
+
+STUDIES = (
+    Study("lenet-mnist", "MNIST, LeNet-5, RMSprop",
+          tuple(f"probes-pairs/lenet-mnist-seed{s}" for s in range(3)), "lenet-mnist-rules"),
+    Study("lstm-mnist", "MNIST rows, LSTM, momentum",
+          tuple(f"probes-pairs/lstm-mnist-seed{s}" for s in range(3)), "lstm-mnist-momentum"),
+    Study("lstm-mnist-adam", "MNIST rows, LSTM, Adam",
+          tuple(f"probes-pairs/lstm-mnist-adam-seed{s}" for s in range(3)), "lstm-mnist-adam"),
+    Study("vit-mnist", "MNIST, ViT, AdamW", ("probes/vit-mnist",), "vit-mnist-rules"),
+)
+"""Every study with a probe and a same-epochs sweep of the default rule, in the order they were
+run (the first three chose 4/3)."""
+
+_FACTORS = [1 + i / 1000 for i in range(1, 3001)]  # f from 1.001 to 4.0
+
+
+def best_factor(studies: list[Study] | tuple[Study, ...]) -> float:
+    """The f whose worst miss over ``studies``' probes is smallest (the smallest such f)."""
+    return min(_FACTORS, key=lambda f: (max(s.worst_miss(f) for s in studies), f))
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    study: Study
+    factor: float
+    """f chosen on every other study."""
+    holding: list[int]
+    """The left-out study's B_hold at that f, per probe seed."""
+    miss: float
+    shipped: list[int]
+    """Its B_hold at HOLDING_FACTOR."""
+    shipped_miss: float
+
+
+def leave_one_out(studies: tuple[Study, ...] = STUDIES) -> list[HeldOut]:
+    rows = []
+    for study in studies:
+        factor = best_factor([s for s in studies if s is not study])
+        rows.append(HeldOut(study, factor, study.holding_batches(factor),
+                            study.worst_miss(factor), study.holding_batches(HOLDING_FACTOR),
+                            study.worst_miss(HOLDING_FACTOR)))
+    return rows
+
+
+def table(studies: tuple[Study, ...] = STUDIES) -> str:
+    """The markdown table of docs/noise.md, "Held out"."""
+    lines = ["| left out | data, model, optimizer | f chosen on the others | its B_hold (probe "
+             "seeds) | largest batch that held (smallest that lost) | × off | with f = 4/3: "
+             "B_hold, × off | its own best f |",
+             "|---|---|---:|---|---|---:|---|---:|"]
+    for row in leave_one_out(studies):
+        s = row.study
+        lost = f" ({s.smallest_lost:,})" if s.smallest_lost else ""
+        lines.append(
+            f"| {s.name} | {s.what} | {row.factor:.3f} | {_batches(row.holding)} | "
+            f"{s.largest_held:,}{lost} | {row.miss:.2f} | {_batches(row.shipped)}, "
+            f"{row.shipped_miss:.2f} | {best_factor([s]):.3f} |")
+    return "\n".join(lines)
+
+
+def _batches(values: list[int]) -> str:
+    return ", ".join(f"{v:,}" for v in values)
+
+
+def summary(studies: tuple[Study, ...] = STUDIES) -> str:
+    rows = leave_one_out(studies)
+    worst = max(rows, key=lambda r: r.miss)
+    everyone = best_factor(studies)
+    shipped = max(rows, key=lambda r: r.shipped_miss)
+    return (f"Held out, the worst miss is {worst.miss:.2f}× ({worst.study.name}), the median "
+            f"{_median([r.miss for r in rows]):.2f}×; the shipped 4/3 misses by up to "
+            f"{shipped.shipped_miss:.2f}× ({shipped.study.name}); f chosen on all "
+            f"{len(studies)} studies, {everyone:.3f}, misses by up to "
+            f"{max(s.worst_miss(everyone) for s in studies):.2f}×.")
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+if __name__ == "__main__":
+    print(table())
+    print()
+    print(summary())
