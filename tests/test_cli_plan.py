@@ -212,3 +212,18 @@ def test_plan_takes_the_data_set_size_from_the_recipe():
     result = plan(LENET, "--batch", 8192, "--json", "--set", "baseline.dataset_size=null")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["dataset_size"] == 60000  # lenet-mnist knows MNIST's size
+
+
+def test_the_forecast_says_how_sure_it_is():
+    """Under the forecast, one sentence: B_hold one standard error of the probe's fit either side
+    (the plan's forecast.holding_low/high) and the worst held-out miss of its constant."""
+    from date_engine.forecast import HELD_OUT_MISS
+
+    probe = ROOT / "docs" / "results" / "probes" / "vit-mnist" / "probe.json"
+    args = (RECIPES / "vit-mnist.yaml", "--batch", 1024, "--probe", probe)
+    ahead = json.loads(plan(*args, "--json").output)["forecast"]
+    assert ahead["holding_low"] < ahead["holding_batch"] < ahead["holding_high"]
+    words = " ".join(plan(*args).output.split())
+    assert (f"How sure: within one standard error of the probe's fit (7 points) B_hold lies in "
+            f"{ahead['holding_low']:,}–{ahead['holding_high']:,}") in words
+    assert f"by up to {HELD_OUT_MISS:g}×" in words

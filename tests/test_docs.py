@@ -346,8 +346,11 @@ def test_quick_start_accuracy_at_16x_is_what_the_command_trains(tmp_path):
 def test_the_held_out_table_is_recomputed_from_the_probes_and_sweeps():
     """docs/noise.md's leave-one-study-out table of B_hold's constant and the sentence under it
     are what studies/holdout.py computes from the stored probes and sweeps."""
-    from studies.holdout import summary, table
+    from date_engine.forecast import HELD_OUT_MISS
+    from studies.holdout import leave_one_out, summary, table
 
     section = _section((ROOT / "docs" / "noise.md").read_text(), "### Held out")
     assert table() in section
     assert summary() in section
+    # the worst held-out miss `date plan` quotes under its forecast
+    assert round(max(row.miss for row in leave_one_out()), 2) == HELD_OUT_MISS

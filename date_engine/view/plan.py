@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from date_engine.catalog import step_path
+from date_engine.forecast import HELD_OUT_MISS
 from date_engine.plan import BatchSplit, Plan, RunPlan, fmt
 from date_engine.view.chart import Series, line_chart
 
@@ -239,8 +240,9 @@ def _how_sure(plan: Plan) -> Text:
         f"B_hold lies in {low:,}–{high:,}"
         + ("; that spans more than 2×, so the forecast cannot be trusted at this length of "
            "probe: a longer probe (--share) narrows it." if wide else
-           "; that is the probe's scatter only: how far the model itself missed on studies it "
-           "was not fitted on is in docs/noise.md, \"Held out\"."),
+           f"; that is the probe's scatter only: on studies its constant was not chosen on, "
+           f"B_hold missed the largest batch that held by up to {HELD_OUT_MISS:g}× "
+           "(docs/noise.md, \"Held out\")."),
         style="yellow" if wide else "")
 
 
