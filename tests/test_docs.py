@@ -354,3 +354,15 @@ def test_the_held_out_table_is_recomputed_from_the_probes_and_sweeps():
     assert summary() in section
     # the worst held-out miss `date plan` quotes under its forecast
     assert round(max(row.miss for row in leave_one_out()), 2) == HELD_OUT_MISS
+
+
+def test_the_how_sure_example_is_the_vit_probe_s():
+    """docs/noise.md's example of B_hold's one-standard-error range is the vit-mnist probe's."""
+    from date_engine.forecast import forecast
+    from date_engine.probe import Probe
+
+    probe = Probe.read(ROOT / "docs" / "results" / "probes" / "vit-mnist" / "probe.json")
+    ahead = forecast(probe.curve, 1024, 128, probe.baseline_epochs, 60000)
+    text = " ".join((ROOT / "docs" / "noise.md").read_text().split())
+    assert (f"(vit-mnist: {ahead.holding_low}–{ahead.holding_high} around "
+            f"{ahead.holding_batch})") in text
