@@ -135,6 +135,10 @@ def test_a_tiny_model_trained_by_date_scale_beats_the_most_frequent_token(tmp_pa
     result = date("scale", RECIPES / "bert-mlm.yaml", "--batch", 32, *options,
                   "--set", f"train.data_dir={root}",
                   "--set", f"baseline.dataset_size={len(data.train)}", "--set", "baseline.epochs=8",
+                  # on this toy language DATE's ratios learn the context within the test's ~250
+                  # steps (without them: 31.0% against the unigram's 26.5%); the recipe ships
+                  # them off because on real text they stall (docs/results.md, "Transformers")
+                  "--set", "date.layer_ratio.mode=dynamic",
                   "-o", tmp_path / "run", timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     labels = torch.stack([label for _, label in data.eval])
