@@ -817,7 +817,7 @@ def _warmup_too_long(batch, k, w0, w, total, max_batch) -> str:
         )
     return (
         f"batch {batch} is too large for LEGW with this baseline: warmup would last "
-        f"k·w0 = {fmt(k)} × {fmt(w0)} = {fmt(w)} epochs but training lasts {fmt(total)} "
+        f"k·w0 = {fmt(k)} × {fmt(w0)} = {w:.4g} epochs but training lasts {total:.4g} "
         f"epochs; LEGW fits up to batch {max_batch}. Choose a smaller --batch, train the "
         "baseline for more epochs, or shorten baseline.warmup_epochs."
     )

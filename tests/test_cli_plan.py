@@ -227,3 +227,11 @@ def test_the_forecast_says_how_sure_it_is():
     assert (f"How sure: within one standard error of the probe's fit (7 points) B_hold lies in "
             f"{ahead['holding_low']:,}–{ahead['holding_high']:,}") in words
     assert f"by up to {HELD_OUT_MISS:g}×" in words
+
+
+def test_the_forecast_writes_the_baseline_epochs_as_a_person_would():
+    """bert-mlm's baseline steps (⌈8 · 17,493 / 32⌉ = 4,374) end at 8.0014 epochs: the forecast
+    and its warning say 8.001, not 8.001372 (the derivation's table keeps every digit)."""
+    probe = ROOT / "docs" / "results" / "probes" / "bert-mlm" / "probe.json"
+    words = " ".join(plan(RECIPES / "bert-mlm.yaml", "--batch", 1024, "--probe", probe).output.split())
+    assert "extrapolated to 8.001," in words and "the baseline's 8.001 epochs" in words

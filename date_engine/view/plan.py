@@ -119,9 +119,9 @@ def _forecast_lines(plan: Plan) -> list[Text]:
     curve = plan.noise_curve
     text = Text("Forecast ", style="bold")
     text.append(f"(probe: B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}, fitted on epochs "
-                f"{curve.first:.3g}–{curve.last:.3g} and extrapolated to {fmt(e0)}, "
+                f"{curve.first:.3g}–{curve.last:.3g} and extrapolated to {e0:.4g}, "
                 f"{e0 / curve.last:.3g}× past the probe): reaching the baseline's loss "
-                f"at batch {b:,} takes {ahead.factor:.3g} × {fmt(e0)} = {ahead.epochs:.4g} epochs, "
+                f"at batch {b:,} takes {ahead.factor:.3g} × {e0:.4g} = {ahead.epochs:.4g} epochs, "
                 f"{ahead.steps:,} steps against the baseline's {plan.baseline_iterations:,} "
                 f"({plan.baseline_iterations / ahead.steps:.3g}× fewer); the largest batch "
                 f"expected to hold accuracy at the baseline's epochs ≈ {ahead.holding_batch:,}.")
@@ -144,7 +144,7 @@ def _forecast_lines(plan: Plan) -> list[Text]:
         lines.append(Text(
             f"warning: batch {b:,} is beyond {ahead.holding_batch:,}, the largest expected to "
             "hold accuracy at the baseline's epochs: "
-            f"training the baseline's {fmt(e0)} epochs is expected to lose accuracy; "
+            f"training the baseline's {e0:.4g} epochs is expected to lose accuracy; "
             f"--budget hold trains {ahead.epochs:.4g} epochs instead; --budget ramp grows the "
             f"batch to {b:,} as the run's noise scale allows, which held accuracy with fewer "
             "samples in our studies (docs/noise.md).", style="yellow"))
