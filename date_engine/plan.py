@@ -376,7 +376,9 @@ def _optimizer(d: _Ledger, spec: Spec, k: float, p: float) -> OptimizerSettings:
     options = opt.options()
     rule = entry(opt.name).batch_rule
     if spec.date.rule == "date" and rule is not None and k != 1:
-        if rule.second_moment == "alpha":
+        if spec.date.second_moment == "fixed":
+            pass
+        elif rule.second_moment == "alpha":
             options["alpha"] = d("α", "optimizer.alpha", options["alpha"] ** k, "α^k",
                                  f"{options['alpha']:g}^{fmt(k)}", _HALF_LIFE)
         elif rule.second_moment == "betas":

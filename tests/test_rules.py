@@ -112,3 +112,16 @@ def test_fixed_weight_decay_keeps_adamws_lambda_and_scales_the_rest():
     assert "optimizer.weight_decay" not in {d.name for d in fixed.derivations}
     assert fixed.peak_lr == scaled.peak_lr
     assert fixed.optimizer.options["betas"] == scaled.optimizer.options["betas"]
+
+
+@pytest.mark.parametrize(("optimizer", "key"), [({"name": "adamw", "weight_decay": 0.1}, "betas"),
+                                                ({"name": "rmsprop"}, "alpha")])
+def test_fixed_second_moment_keeps_the_baselines_decay_and_scales_the_rest(optimizer, key):
+    scaled = derive_plan(_spec(optimizer), 3200)
+    fixed = derive_plan(_spec(optimizer, second_moment="fixed"), 3200)
+    baseline = _spec(optimizer).baseline.optimizer.options()[key]
+    assert fixed.optimizer.options[key] == baseline != scaled.optimizer.options[key]
+    assert not {"optimizer.betas[1]", "optimizer.alpha"} & {d.name for d in fixed.derivations}
+    assert fixed.peak_lr == scaled.peak_lr
+    assert fixed.optimizer.options["eps"] == scaled.optimizer.options["eps"]
+    assert fixed.optimizer.options.get("weight_decay") == scaled.optimizer.options.get("weight_decay")
