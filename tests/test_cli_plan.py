@@ -233,5 +233,6 @@ def test_the_forecast_writes_the_baseline_epochs_as_a_person_would():
     """bert-mlm's baseline steps (⌈8 · 17,493 / 32⌉ = 4,374) end at 8.0014 epochs: the forecast
     and its warning say 8.001, not 8.001372 (the derivation's table keeps every digit)."""
     probe = ROOT / "docs" / "results" / "probes" / "bert-mlm" / "probe.json"
-    words = " ".join(plan(RECIPES / "bert-mlm.yaml", "--batch", 1024, "--probe", probe).output.split())
+    out = plan(RECIPES / "bert-mlm.yaml", "--batch", 1024, "--probe", probe).output
+    words = " ".join(out.split())
     assert "extrapolated to 8.001," in words and "the baseline's 8.001 epochs" in words

@@ -124,4 +124,5 @@ def test_fixed_second_moment_keeps_the_baselines_decay_and_scales_the_rest(optim
     assert not {"optimizer.betas[1]", "optimizer.alpha"} & {d.name for d in fixed.derivations}
     assert fixed.peak_lr == scaled.peak_lr
     assert fixed.optimizer.options["eps"] == scaled.optimizer.options["eps"]
-    assert fixed.optimizer.options.get("weight_decay") == scaled.optimizer.options.get("weight_decay")
+    decay = [plan.optimizer.options.get("weight_decay") for plan in (fixed, scaled)]
+    assert decay[0] == decay[1]
