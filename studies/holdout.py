@@ -159,7 +159,80 @@ def _median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+# ------------------------------------------------------------------ the budgets, held out or not
+
+
+FITTED_ON = ("lenet-mnist", "lstm-mnist", "lstm-mnist-adam")
+"""The studies the forecast's and the ramp's constants were chosen on: B_hold's f = 4/3, the
+ramp's reach ρ = 1 and its guard, the probe's 8% share (docs/noise.md)."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    study: str
+    what: str
+    sweep: str
+    """The sweep under docs/results/sweeps that trained the cells."""
+    scheme: str
+    """The scheme label of the cells in that sweep: date, date+hold, date+ramp, ..."""
+    batch: int
+
+    @cached_property
+    def summary(self) -> dict:
+        return json.loads((RESULTS / "sweeps" / self.sweep / "results.json").read_text())["summary"]
+
+    @cached_property
+    def group(self) -> dict:
+        return next(g for g in self.summary["groups"]
+                    if g["scheme"] == self.scheme and g["batch"] == self.batch)
+
+    @property
+    def budget(self) -> str:
+        return self.scheme.partition("+")[2] or "same-epochs"
+
+    @property
+    def k(self) -> int:
+        return self.batch // self.summary["baseline"]["results"][0]["batch"]
+
+
+BUDGETS = (
+    Budget("lenet-mnist", "MNIST, LeNet-5, RMSprop", "lenet-mnist-rules", "date", 2048),
+    Budget("lenet-mnist", "MNIST, LeNet-5, RMSprop", "lenet-mnist-rules", "date", 4096),
+    Budget("lenet-mnist", "MNIST, LeNet-5, RMSprop", "lenet-mnist-ramp-pairs", "date+ramp", 4096),
+    Budget("lstm-mnist", "MNIST rows, LSTM, momentum", "lstm-mnist-momentum", "date", 2048),
+    Budget("lstm-mnist", "MNIST rows, LSTM, momentum", "lstm-mnist-budgets-hold",
+           "date+same-epochs", 4096),
+    Budget("lstm-mnist", "MNIST rows, LSTM, momentum", "lstm-mnist-budgets-hold", "date+hold",
+           4096),
+    Budget("lstm-mnist", "MNIST rows, LSTM, momentum", "lstm-mnist-ramp-pairs", "date+ramp", 4096),
+    Budget("lstm-mnist-adam", "MNIST rows, LSTM, Adam", "lstm-mnist-adam", "date", 2048),
+    Budget("vit-mnist", "MNIST, ViT, AdamW", "vit-mnist-rules", "date", 4096),
+    Budget("vit-mnist", "MNIST, ViT, AdamW", "vit-mnist-budgets-ramp", "date+ramp", 4096),
+)
+"""Every cell group of the default rule at 16× and 32× with a budget the plan offers, in the
+order the studies were run."""
+
+
+def budgets_table(rows: tuple[Budget, ...] = BUDGETS) -> str:
+    """The markdown table of docs/noise.md, "Held out: the budgets"."""
+    lines = ["| study | data, model, optimizer | constants | budget | batch (k) | steps | "
+             "accuracy (seeds) | Δ | within the tolerance |",
+             "|---|---|---|---|---|---|---|---:|:-:|"]
+    for row in rows:
+        g = row.group
+        seeds = ", ".join(f"{r['metric']:g}" for r in g["results"])
+        steps = ", ".join(f"{r['steps']:,}" for r in g["results"])
+        delta = f"{g['delta']:+.2f}".replace("-", "−")
+        fitted = "fitted on it" if row.study in FITTED_ON else "held out"
+        lines.append(
+            f"| {row.study} | {row.what} | {fitted} | {row.budget} | {row.batch:,} ({row.k}×) | "
+            f"{steps} | {seeds} | {delta} | {'✓' if g['holds'] else '✗'} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     print(table())
     print()
     print(summary())
+    print()
+    print(budgets_table())

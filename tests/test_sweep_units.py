@@ -290,3 +290,36 @@ def test_cells_that_do_not_ramp_leave_the_ramps_settings_out():
     for a, b in zip(plain, varied):
         assert a.cell == b.cell and a.spec == b.spec
         assert "ramp_reach" not in a.spec["date"] and "ramp" not in a.spec["date"]
+
+
+def test_date_sweep_never_imports_torch(tmp_path):
+    """`date sweep` only starts `date scale` processes: its modules, the thread rule and the
+    machine line of its report load no torch (the cells do)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from date_engine.cli import app\n"
+        "import date_engine.sweep.runner, date_engine.sweep.report\n"
+        "r = CliRunner().invoke(app, ['sweep', 'lenet-digits', '--batches', '64', '--report-only',"
+        f" '-o', {str(tmp_path / 'sweep')!r}])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    assert "logical CPUs" in json.loads((tmp_path / "sweep" / "results.json").read_text())[
+        "settings"]["machine"]
+
+
+def test_the_machine_line_names_the_drivers_gpus(tmp_path):
+    from date_engine.machine import describe
+
+    for i, model in enumerate(["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"]):
+        (tmp_path / f"0000:0{i}:00.0").mkdir()
+        (tmp_path / f"0000:0{i}:00.0" / "information").write_text(
+            f"Model: \t\t {model}\nIRQ:   \t\t 42\n")
+    assert ", 2 × NVIDIA H100 80GB HBM3, " in describe(tmp_path)
+    assert " × " not in describe(tmp_path / "absent")

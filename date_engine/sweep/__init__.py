@@ -8,15 +8,13 @@ folders (:mod:`.results`) → results.csv/json, report.md and figures (:mod:`.re
 from __future__ import annotations
 
 import json
-import os
-import platform
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from date_engine.machine import describe, threads_per_process
 from date_engine.recipes import Recipe
 from date_engine.spec import Spec
 from date_engine.sweep.grid import Cell, PlannedCell, build_cells, parse_batches, parse_lr_grid
@@ -99,12 +97,11 @@ def run_sweep(
     """Train the cells not yet finished (unless ``train`` is False), then write every output."""
     from date_engine.sweep.report import write_outputs
     from date_engine.sweep.runner import cell_folder, run_cells
-    from date_engine.train.runtime import threads_per_process
 
     names = options.labels
     settings = {
         **settings,
-        "machine": machine(),
+        "machine": describe(),
         "threads": threads_per_process(options.jobs * options.nproc),
         "jobs": options.jobs,
         "nproc": options.nproc,
@@ -150,28 +147,3 @@ def _settings_of(root: Path) -> dict[str, Any]:
         return json.loads((root / "results.json").read_text())["settings"]
     except (OSError, ValueError, KeyError):
         return {}
-
-
-def machine() -> str:
-    """The machine the sweep ran on, in words, for the report."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        torch_version = version("torch")
-    except PackageNotFoundError:
-        torch_version = "?"
-    gpu = ""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            gpu = f", {torch.cuda.device_count()} × {torch.cuda.get_device_name(0)}"
-    except ImportError:
-        pass
-    return f"{cpu}, {os.cpu_count()} logical CPUs{gpu}, {platform.system()}, torch {torch_version}"

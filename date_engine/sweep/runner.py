@@ -25,6 +25,7 @@ import yaml
 from rich.console import Console
 
 from date_engine.errors import DateError
+from date_engine.machine import threads_per_process
 from date_engine.runfolder import RunFolder
 from date_engine.sweep.grid import Cell, PlannedCell
 from date_engine.sweep.results import CellResult, read_cell
@@ -96,7 +97,6 @@ def run_cells(
     """Train every cell not yet finished, ``jobs`` at a time. Returns every cell's result and the
     sweep's exit code: 0; 130/143 after a signal; 2 when a cell refused its input (no cell is
     started after that: the others would refuse it too); 1 when a cell failed otherwise."""
-    from date_engine.train.runtime import threads_per_process
 
     runs = [CellRun(p, prepare_cell(root, p)) for p in cells]
     results = {r.planned.cell: read_cell(r.planned.cell, r.folder.root, metric_name) for r in runs}

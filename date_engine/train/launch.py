@@ -11,9 +11,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from date_engine.machine import threads_per_process
 from date_engine.runfolder import RunFolder
 from date_engine.train.config import RunConfig
-from date_engine.train.runtime import die_with_parent, job_environment, threads_per_process
+from date_engine.train.runtime import die_with_parent, job_environment
 
 __all__ = ["LaunchOptions", "launch", "torchrun_arguments"]
 

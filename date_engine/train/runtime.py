@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-__all__ = ["Runtime", "die_with_parent", "job_environment", "setup", "teardown",
-           "threads_per_process"]
+__all__ = ["Runtime", "die_with_parent", "job_environment", "setup", "teardown"]
 
 
 @dataclass(frozen=True)
@@ -76,12 +75,6 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         return
     if os.getppid() != parent:  # the parent died before the request: act on it now
         os.kill(os.getpid(), sig)
-
-
-def threads_per_process(processes: int) -> int:
-    """CPU threads for each of ``processes`` training processes sharing this machine's cores (so
-    that they do not each start a thread per core)."""
-    return max(1, (os.cpu_count() or 1) // max(1, processes))
 
 
 def job_environment(environ: dict[str, str] | None = None) -> JobEnvironment:
