@@ -323,3 +323,28 @@ def test_the_machine_line_names_the_drivers_gpus(tmp_path):
             f"Model: \t\t {model}\nIRQ:   \t\t 42\n")
     assert ", 2 × NVIDIA H100 80GB HBM3, " in describe(tmp_path)
     assert " × " not in describe(tmp_path / "absent")
+
+
+def test_the_live_table_and_the_plain_lines_follow_the_cells():
+    """On a terminal a table of every cell (its steps out of its plan's); elsewhere one line per
+    cell as it ends, said once."""
+    import io
+
+    from rich.console import Console
+
+    from date_engine.view.sweep import SweepProgress
+
+    cells = cells_of(BASE, "64", "date")
+    results = {c.cell: CellResult(c.cell, "pending") for c in cells}
+    screen = io.StringIO()
+    with SweepProgress(Console(file=screen, force_terminal=True, width=120), cells, results):
+        pass
+    for c in cells:
+        assert c.cell.name in screen.getvalue()
+        assert f"0/{c.run_plan.plan.total_iterations}" in screen.getvalue()
+    log = io.StringIO()
+    plain = SweepProgress(Console(file=log, force_terminal=False, width=120), cells, results)
+    results[cells[-1].cell] = CellResult(cells[-1].cell, "done", metric=91.5, steps=40)
+    plain.update()
+    plain.update()
+    assert log.getvalue() == f"{cells[-1].cell.name}: done, metric 91.5, 40 steps\n"

@@ -104,7 +104,7 @@ def run_cells(
     env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_process(jobs * nproc))}
     signals, running, ends = _Signals(), [], set()
     try:
-        with SweepProgress(console, runs, results) as view:
+        with SweepProgress(console, cells, results) as view:
             while todo or running:
                 while todo and len(running) < jobs and not signals.received:
                     run = todo.pop(0)

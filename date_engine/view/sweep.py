@@ -15,7 +15,7 @@ from date_engine.sweep.schemes import BASELINE, BUDGETS, SCHEMES, split_label
 from date_engine.view.plots import FIGURES
 
 if TYPE_CHECKING:
-    from date_engine.sweep.runner import CellRun
+    from date_engine.sweep.grid import PlannedCell
 
 __all__ = ["SweepProgress", "report_markdown"]
 
@@ -170,8 +170,8 @@ def _row(g: Group, base: Group | None) -> str:
 class SweepProgress:
     """A table of the cells, redrawn in place on a terminal; elsewhere a line per finished cell."""
 
-    def __init__(self, console: Console, runs: list[CellRun], results: dict) -> None:
-        self.console, self.runs, self.results = console, runs, results
+    def __init__(self, console: Console, cells: list[PlannedCell], results: dict) -> None:
+        self.console, self.cells, self.results = console, cells, results
         self.live = (
             Live(console=console, auto_refresh=False, transient=False)
             if console.is_terminal
@@ -194,26 +194,23 @@ class SweepProgress:
         if self.live is not None:
             self.live.update(RenderGroup(self.table()), refresh=True)
             return
-        for run in self.runs:  # plain output: one line per cell as it ends
-            result = self.results[run.planned.cell]
-            if (
-                result.status in ("done", "diverged", "failed")
-                and run.planned.cell not in self._said
-            ):
-                self._said.add(run.planned.cell)
+        for planned in self.cells:  # plain output: one line per cell as it ends
+            result = self.results[planned.cell]
+            if result.status in ("done", "diverged", "failed") and planned.cell not in self._said:
+                self._said.add(planned.cell)
                 self.console.print(_line(result), soft_wrap=True, highlight=False)
 
     def table(self) -> Table:
         table = Table(title="date sweep", title_justify="left")
         for col in ("cell", "status", "step", "metric", "loss", "train s"):
             table.add_column(col, justify="left" if col in ("cell", "status") else "right")
-        for run in self.runs:
-            r = self.results[run.planned.cell]
+        for planned in self.cells:
+            r = self.results[planned.cell]
             metric = r.metric if r.metric is not None else (r.evals[-1][2] if r.evals else None)
             table.add_row(
-                run.planned.cell.name,
+                planned.cell.name,
                 _status(r.status),
-                f"{r.steps}/{r.total_steps or run.planned.run_plan.plan.total_iterations}",
+                f"{r.steps}/{r.total_steps or planned.run_plan.plan.total_iterations}",
                 "" if metric is None else f"{metric:.4g}",
                 f"{r.losses[-1][1]:.4g}" if r.losses else "",
                 "" if r.train_s is None else f"{r.train_s:.0f}",
