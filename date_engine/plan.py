@@ -54,6 +54,7 @@ __all__ = [
     "RunPlan",
     "derive_plan",
     "fmt",
+    "largest_divisor",
     "resolve_plan",
     "split_batch",
     "stage_split",
@@ -684,6 +685,12 @@ class BatchSplit:
         return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 
+def largest_divisor(n: int, at_most: int) -> int:
+    """The largest d ≤ ``at_most`` that divides ``n`` (1 when n or at_most is below 1): the
+    micro-batch that splits a share of ``n`` samples into whole passes of at most ``at_most``."""
+    return next((d for d in range(max(min(n, at_most), 1), 0, -1) if n % d == 0), 1)
+
+
 def split_batch(batch: int, world_size: int, micro_batch: int | None) -> BatchSplit:
     """Split ``batch`` over ``world_size`` processes with ``micro_batch`` samples per pass (by
     default a process's whole share): ``batch == micro × world × accumulation`` exactly, or a
@@ -707,7 +714,7 @@ def split_batch(batch: int, world_size: int, micro_batch: int | None) -> BatchSp
             f"({batch} / {world_size} = {per_process}); use --micro-batch {per_process} or less."
         )
     if per_process % micro_batch:
-        below = max(d for d in _divisors(per_process) if d <= micro_batch)
+        below = largest_divisor(per_process, micro_batch)
         above = min(d for d in _divisors(per_process) if d >= micro_batch)
         options = sorted({below, above})
         raise PlanError(
@@ -727,7 +734,7 @@ def stage_split(split: BatchSplit, batch: int, gradients: int = 1) -> BatchSplit
     per step (processes × accumulation) where the share allows it."""
     share = batch // split.world_size
     most = min(split.micro_batch, max(1, batch // gradients))  # world · share/micro ≥ gradients
-    micro = max(d for d in _divisors(share) if d <= most)
+    micro = largest_divisor(share, most)
     return BatchSplit(micro, split.world_size, share // micro)
 
 
@@ -805,8 +812,7 @@ def resolve_plan(
     micro = micro_batch if micro_batch is not None else spec.train.micro_batch
     if micro is None and recipe is not None and batch % world_size == 0:
         share = batch // world_size
-        micro = next(d for d in range(min(share, recipe.default_micro_batch), 0, -1)
-                     if share % d == 0)
+        micro = largest_divisor(share, recipe.default_micro_batch)
     return RunPlan(plan, split_batch(batch, world_size, micro))
 
 

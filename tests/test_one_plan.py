@@ -103,6 +103,17 @@ def test_the_batch_split_is_the_recipes_fitted_default():
     assert (odd["micro_batch"], odd["accumulation_steps"]) == (240, 1)  # 240 divides 240, ≤ 256
 
 
+def test_one_largest_divisor_rule_for_every_split():
+    """The micro-batch rule the plan, the ramp's stages and the probe share: the largest divisor
+    of a share not above a cap, checked against every candidate."""
+    from date_engine.plan import largest_divisor
+
+    for n in range(0, 130):
+        for cap in range(0, 140):
+            want = max([d for d in range(1, min(n, cap) + 1) if n % d == 0], default=1)
+            assert largest_divisor(n, cap) == want, (n, cap)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc", [1, 2])
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)

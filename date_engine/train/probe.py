@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from date_engine.errors import DateError
-from date_engine.plan import resolve_plan
+from date_engine.plan import largest_divisor, resolve_plan
 from date_engine.probe import DEFAULT_POINTS, DEFAULT_SHARE, Probe, baseline_identity, probe_points
 from date_engine.runfolder import RunFolder
 from date_engine.train.config import RunConfig
@@ -59,7 +59,7 @@ def measuring_micro_batch(batch: int, world_size: int, micro_batch: int | None) 
     share = batch // world_size if batch % world_size == 0 else 0
     if micro_batch is None:
         parts = 1 if world_size > 1 else 2
-        micro_batch = next((d for d in range(max(share // parts, 1), 0, -1) if share % d == 0), 1)
+        micro_batch = largest_divisor(share, share // parts)
     if share and world_size * share // micro_batch < 2:
         raise DateError(f"the probe needs two or more micro-batch gradients per step to measure "
                         f"the noise scale; with {world_size} process(es) and --micro-batch "
