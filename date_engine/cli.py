@@ -24,7 +24,7 @@ from date_engine.checks import (
 )
 from date_engine.errors import DateError
 from date_engine.probe import DEFAULT_POINTS, DEFAULT_SHARE
-from date_engine.spec import DateSpec, Spec, load_spec
+from date_engine.spec import DateSpec, Spec, TrainSpec, load_spec
 from date_engine.sweep.schemes import DEFAULT_LR_GRID
 
 app = typer.Typer(
@@ -227,8 +227,10 @@ DryRunOpt = Annotated[bool, _flag(
 MaxStepsOpt = Annotated[Optional[int], _opt(
     "--max-steps", min=1, help="Stop after this optimizer step (checkpointed; the schedule is "
     "unchanged).")]
-PrecisionOpt = Annotated[Optional[str], _opt(
-    "--precision", help="fp32 | bf16 | fp16 (CUDA only; default: train.precision).")]
+Precision = TrainSpec.model_fields["precision"].annotation  # the spec's Literal: one list
+PrecisionOpt = Annotated[Optional[Precision], _opt(
+    "--precision", metavar="|".join(get_args(Precision)),
+    help="CUDA only; default: train.precision.")]
 CompileOpt = Annotated[bool, _flag("--compile", help="torch.compile the model (CUDA only).")]
 RecipeOpt = Annotated[Optional[str], _opt(
     "--recipe", help="Recipe name or package.module:function (default: the spec's).")]
@@ -274,8 +276,6 @@ def scale_command(
                             "package.module:function.")
         size, recipe_ref = parse_size(batch, "--batch"), recipe or spec.recipe
         found = _recipe_to_train(path, spec, recipe_ref, option=True)
-        if precision is not None and precision not in ("fp32", "bf16", "fp16"):
-            raise DateError(f"--precision must be fp32, bf16 or fp16, got {precision!r}.")
         _check_launch(nproc, backend, rdzv_endpoint, master_port)
         from date_engine.plan import resolve_plan
         from date_engine.train.config import RunConfig

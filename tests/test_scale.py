@@ -298,7 +298,8 @@ def test_cuda_only_options_on_the_cpu_say_so_and_run_fp32(tmp_path):
             ["--batch", 256, "--recipe", "tests.nowhere:thing"],
             "cannot load 'thing' from module 'tests.nowhere'",
         ),
-        (["--batch", 256, "--precision", "fp64"], "--precision must be fp32, bf16 or fp16"),
+        (["--batch", 256, "--precision", "fp64"],
+         "'--precision': Value error, 'fp64' is not one of 'fp32', 'bf16', 'fp16'"),
     ],
 )
 def test_bad_input_exits_2_before_training(args, message, tmp_path):
