@@ -294,7 +294,7 @@ def scale_command(
             recipe=recipe_ref, batch=size, world_size=world, micro_batch=micro_batch,
             output_dir=str(run_dir), resume=resume, force_replan=force_replan, dry_run=dry_run,
             max_steps=max_steps, precision=precision or spec.train.precision, compile=compile,
-            backend=backend, rerun_command=_continue_command(sys.argv, run_dir, output_dir),
+            backend=backend, rerun_command=_continue_command(_typed("scale"), run_dir, output_dir),
             print_json=as_json)
         options = LaunchOptions(nproc=nproc, nnodes=nnodes, node_rank=node_rank,
                                 rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id,
@@ -350,13 +350,26 @@ def _recipe_to_train(spec_path: Path, spec: Spec, ref: str | None, option: bool 
     return found
 
 
-def _continue_command(argv: list[str], run_dir: Path, output_dir: Path | None) -> str:
-    """The command line that continues this run: without --resume and --max-steps, and naming
-    the run folder when it was chosen by default (a new run would take the next one)."""
-    if argv[1:2] != ["scale"]:
+def _typed(command: str) -> list[str] | None:
+    """What the user typed after ``date COMMAND`` when this process was started so, else None
+    (another caller: the tests' CliRunner, a script). The one place sys.argv is read."""
+    return sys.argv[2:] if sys.argv[1:2] == [command] else None
+
+
+def _command_line(command: str) -> str:
+    """``date COMMAND ...`` as typed, quoted for a shell; empty under another caller."""
+    args = _typed(command)
+    return "" if args is None else " ".join(["date", command, *map(shlex.quote, args)])
+
+
+def _continue_command(args: list[str] | None, run_dir: Path, output_dir: Path | None) -> str:
+    """The command line that continues this run from what was typed after ``date scale``:
+    without --resume and --max-steps, and naming the run folder when it was chosen by default
+    (a new run would take the next one)."""
+    if args is None:
         return ""
     kept, skip = [], False
-    for arg in argv[2:]:
+    for arg in args:
         if skip:
             skip = False
         elif arg == "--max-steps":
@@ -404,8 +417,7 @@ def probe_command(
         folder, resume = _probe_folder(output_dir, recipe.name, spec)
         options = ProbeOptions(share=share, points=points, max_minutes=budget_minutes,
                                nproc=nproc, micro_batch=micro_batch, resume=resume)
-        command = " ".join(["date", *map(shlex.quote, sys.argv[1:])]) \
-            if sys.argv[1:2] == ["probe"] else ""
+        command = _command_line("probe")
     if resume:
         Console(stderr=True, highlight=False, soft_wrap=True).print(
             f"continuing the interrupted probe in {folder} from its newest checkpoint.",
@@ -505,7 +517,7 @@ def sweep_command(
     with user_errors():
         from date_engine.sweep import (SweepOptions, Tolerance, parse_batches,  # noqa: I001
                                        parse_budgets, parse_lr_grid, parse_schemes, plan_sweep,
-                                       run_sweep)
+                                       run_sweep, sweep_forecast)
 
         path, spec = _spec(spec_arg, overrides)
         recipe = _recipe_to_train(path, spec, spec.recipe)
@@ -518,16 +530,15 @@ def sweep_command(
         root = output_folder(output_dir or Path("sweeps") / path.stem, "--output-dir")
         cells = plan_sweep(spec, options, recipe)
         console = Console(highlight=False)
-        command = " ".join(["date", *map(shlex.quote, sys.argv[1:])]) \
-            if sys.argv[1:2] == ["sweep"] else ""
+        command = _command_line("sweep")
         settings = {"spec": str(path), "recipe": recipe.name, "overrides": list(overrides or ()),
                     "command": command, "batches": options.batches,
                     "schemes": [s.name for s in options.schemes], "repeats": repeats,
                     "budgets": list(options.budgets),
                     "tolerance": str(options.tolerance)}
         if probe is not None:
-            settings["forecast"] = _sweep_forecast(spec_arg, overrides, probe, options.batches,
-                                                   nproc, recipe)
+            settings["forecast"] = sweep_forecast(_spec(spec_arg, overrides, probe)[1],
+                                                  options.batches, nproc, recipe)
         if not report_only:
             console.print(f"date sweep: {len(cells)} cells of {recipe.name} into {root}; finished "
                           "cells are skipped, interrupted ones resumed.", soft_wrap=True,
@@ -541,22 +552,6 @@ def sweep_command(
             Console(stderr=True).print("stopped; every running cell wrote a checkpoint. Run the "
                                        "same command again to continue.", soft_wrap=True)
         raise typer.Exit(code)
-
-
-def _sweep_forecast(spec_arg: str, overrides, probe: Path, batches: list[int], nproc: int,
-                    recipe) -> dict:
-    """The probe's forecast for each batch of the sweep, from the same plans ``date plan
-    --probe`` prints (the cells themselves train without it)."""
-    from date_engine.plan import resolve_plan
-
-    _, spec = _spec(spec_arg, overrides, probe)
-    rows = []
-    for batch in batches:
-        ahead = resolve_plan(spec, batch, nproc, recipe=recipe).plan.forecast
-        rows.append({"batch": batch, "factor": ahead.factor, "epochs": ahead.epochs,
-                     "steps": ahead.steps, "holding_batch": ahead.holding_batch,
-                     "expected": "loses" if ahead.loses_at_same_epochs else "holds"})
-    return {"probe": str(probe), "batches": rows}
 
 
 def _print_verdicts(console: Console, summary, schemes: list[str], root: Path) -> None:

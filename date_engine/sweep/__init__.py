@@ -42,6 +42,7 @@ __all__ = [
     "parse_schemes",
     "plan_sweep",
     "run_sweep",
+    "sweep_forecast",
 ]
 
 
@@ -147,3 +148,17 @@ def _settings_of(root: Path) -> dict[str, Any]:
         return json.loads((root / "results.json").read_text())["settings"]
     except (OSError, ValueError, KeyError):
         return {}
+
+
+def sweep_forecast(spec: Spec, batches: list[int], nproc: int, recipe: Recipe) -> dict:
+    """The probe's forecast (``spec.date.probe``) for each batch of the sweep, from the same plans
+    ``date plan --probe`` prints (the cells themselves train without it), for its report."""
+    from date_engine.plan import resolve_plan
+
+    rows = []
+    for batch in batches:
+        ahead = resolve_plan(spec, batch, nproc, recipe=recipe).plan.forecast
+        rows.append({"batch": batch, "factor": ahead.factor, "epochs": ahead.epochs,
+                     "steps": ahead.steps, "holding_batch": ahead.holding_batch,
+                     "expected": "loses" if ahead.loses_at_same_epochs else "holds"})
+    return {"probe": str(spec.date.probe), "batches": rows}
