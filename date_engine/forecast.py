@@ -11,17 +11,14 @@ Summed over the baseline's E0 epochs, with B_noise(e) the curve ``date probe`` m
 
 The largest batch expected to hold accuracy at the baseline's epochs, B_hold, is where f = 4/3:
 same-epoch training there reaches the baseline's loss given a third more epochs. This threshold is
-a calibration, not part of the model: on the three same-epoch sweeps of docs/results.md
-(lenet-mnist, lstm-mnist, lstm-mnist-adam) no one f separates the batches that held from those
-that lost (lenet-mnist lost 0.30 points at f = 1.45, lstm-mnist held at 1.55), and f = 4/3 puts
-the three within 1.5× of the largest batch that held, where McCandlish's critical batch (f = 2,
-twice the minimum samples) puts lenet-mnist's at 4.3× (docs/noise.md).
+a calibration, not part of the model; the studies it was chosen on and how far it misses on those
+it was not are in docs/noise.md ("B_hold is a calibration", "Held out").
 
 B_noise(e) is a power law a·e^β fitted to the probe's points in log-log space, from its lowest
-point on: the noise scale can start high and fall while the model leaves its initialisation (an
-LSTM's does, over its first 0.1–0.4 epochs), a transient a power law of training progress does not
-describe; fitted over it the curve fell through training (β = −1.4 on lstm-mnist). Beyond the probed
-epochs the curve is extrapolated. Plain Python: ``date plan`` imports no torch.
+point on: the noise scale can start high and fall while the model leaves its initialisation, a
+transient a power law of training progress does not describe (docs/results.md, "The noise-scale
+forecast against the sweeps"). Beyond the probed epochs the curve is extrapolated. Plain Python:
+``date plan`` imports no torch.
 """
 
 from __future__ import annotations
@@ -34,8 +31,8 @@ __all__ = ["HELD_OUT_MISS", "HOLDING_FACTOR", "Forecast", "NoiseCurve", "batch_s
            "epochs_factor", "forecast", "holding_batch", "mean_cost"]
 
 HOLDING_FACTOR = 4 / 3
-"""f at the largest batch expected to hold accuracy at the baseline's epochs (calibrated on three
-studies: see the module's docstring)."""
+"""f at the largest batch expected to hold accuracy at the baseline's epochs (a calibration:
+docs/noise.md)."""
 HELD_OUT_MISS = 2.83
 """How far B_hold missed the largest batch that held on a study left out of the choice of its
 constant, at worst (docs/noise.md, "Held out"; a test recomputes it from studies/holdout.py)."""

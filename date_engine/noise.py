@@ -21,7 +21,7 @@ run at 32× the batch averages over as much training as the baseline does.
 
 Where consecutive steps' gradients are anti-correlated — the iterate oscillating across a sharp
 direction, as at the edge of stability — the oscillation counts as signal in |G|² and B_simple
-reads small: on lenet-mnist 10–20× below what large batches show (docs/noise.md). The mean of two
+reads small (docs/noise.md measures by how much). The mean of two
 consecutive step gradients cancels a period-two oscillation, so ``date probe`` also measures
 their product c = ⟨g_t, g_t−1⟩ and the signal of the pair,
 

@@ -22,8 +22,8 @@ lets the run decide: after each step the trainer reads the noise scale it measur
 once it has passed a higher rung, moves there (:func:`climb`); the planned start of a rung is the
 latest it begins. It moves once the noise scale has been measurable (|G|² three standard errors
 above 0) and has risen to twice its lowest measurable value
-(:attr:`date_engine.noise.NoiseScale.trusted`): on an LSTM's initial plateau the ratio reads 800 to
-35,000 at random, and moves on it put a batch of 2048 at 0.1 epochs (docs/noise.md). The plan
+(:attr:`date_engine.noise.NoiseScale.trusted`): on an initial plateau the ratio reads large at
+random, and moves on it put the largest batches at the very start (docs/noise.md). The plan
 of such a run is :func:`follow` of the planned rungs and the changes measured so far: the same
 samples in all (the LR's shape is a function of samples), fewer steps with every early change.
 Plain Python: ``date plan`` imports no torch.
