@@ -450,52 +450,14 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         if date.budget == "ramp" else ((), 0))
     if ramp_changes and not (stages and date.ramp == "measured"):
         raise ValueError("moves up a batch ramp apply only to date.budget ramp, date.ramp measured")
-    if warmup == "legw" and stages:  # LEGW at the batch the ramp starts with
-        k0 = stages[0].scale
-        warmup_epochs = d("w", "warmup_epochs", k0 * w0, "k₀ · w0", f"{fmt(k0)} · {fmt(w0)}",
-                          "linear-epoch warmup (LEGW) at the ramp's first batch")
-    elif warmup == "legw":
-        warmup_epochs = d("w", "warmup_epochs", k * w0, "k · w0", f"{fmt(k)} · {fmt(w0)}",
-                          "linear-epoch warmup (LEGW)")
-    else:
-        warmup_epochs = d("w", "warmup_epochs", w0, "w0", fmt(w0), "constant-epoch warmup")
-    if stages:
-        warmup_iterations = d("I_w", "warmup_iterations", _ramp_step(stages, warmup_epochs * n),
-                              "the step whose samples reach w · n",
-                              f"{fmt(warmup_epochs)} · {fmt(n)} samples")
-    elif warmup == "legw":  # = w·n/B, written so that it is bit-identical at every B
-        warmup_iterations = d("I_w", "warmup_iterations", w0 * n / b0, "w0 · n / B0",
-                              f"{fmt(w0)} · {fmt(n)} / {fmt(b0)}",
-                              "= w·n/B: constant across batches")
-    else:
-        warmup_iterations = d("I_w", "warmup_iterations", w0 * n / batch, "w · n / B",
-                              f"{fmt(w0)} · {fmt(n)} / {fmt(batch)}")
+    warmup_epochs, warmup_iterations = _warmup(d, warmup, stages, k, w0, n, b0, batch)
     ahead = _forecast(d, spec, noise_curve, batch, b0, total_epochs, n)
     if stages:
-        last_stage = stages[-1]
-        total_epochs = d("E_tot", "total_epochs", ramp_samples / n,
-                         "∫₀^E0 (B_noise(e) + b(e)) / (B_noise(e) + B0) de",
-                         f"b(e) the ramp's batch, E0 = {fmt(total_epochs)}",
-                         "the epochs the ramp is forecast to need for the baseline's loss")
-        total_iterations = d("I", "total_iterations", last_stage.last_step, "Σ_j I_j",
-                             " + ".join(str(st.steps) for st in stages),
-                             f"{i0 / last_stage.last_step:.3g}× fewer steps than the baseline's "
-                             f"{fmt(i0)}")
+        total_epochs, total_iterations = _ramp_budget(d, stages, ramp_samples, n, total_epochs, i0)
     elif date.budget == "hold":
-        factor = max(ahead.factor, 1.0)
-        total_epochs = d("E_tot", "total_epochs", factor * total_epochs, "max(f, 1) · E0",
-                         f"{factor:.6g} · {fmt(total_epochs)}",
-                         "budget hold: the epochs forecast to reach the baseline's loss")
-        total_iterations = math.ceil(total_epochs * n / batch)
-        d("I", "total_iterations", total_iterations, "⌈E_tot · n / B⌉",
-          f"⌈{total_epochs:.6g} · {fmt(n)} / {fmt(batch)}⌉",
-          f"{i0 / total_iterations:.3g}× fewer steps than the baseline's {fmt(i0)}")
+        total_epochs, total_iterations = _hold_budget(d, ahead, total_epochs, n, batch, i0)
     else:
-        total_iterations = d("I", "total_iterations", -(-b0 * i0 // batch), "⌈B0 · I0 / B⌉",
-                             f"⌈{fmt(b0)} · {fmt(i0)} / {fmt(batch)}⌉ = ⌈{fmt(b0 * i0 / batch)}⌉",
-                             "same epochs, k× fewer steps")
-        d("E_tot", "total_epochs", total_epochs, "I0 · B0 / n",
-          f"{fmt(i0)} · {fmt(b0)} / {fmt(n)}", "unchanged by scaling")
+        total_epochs, total_iterations = _same_epochs_budget(d, total_epochs, n, b0, batch, i0)
     max_batch = None
     if warmup == "legw" and w0 > 0:
         max_batch = d("B_max", "max_legw_batch", math.ceil(b0 * total_epochs / w0) - 1,
@@ -518,6 +480,70 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         budget=date.budget, noise_curve=noise_curve, forecast=ahead, ramp=stages,
         ramp_mode=date.ramp, ramp_reach=date.ramp_reach,
     )
+
+
+def _warmup(d: _Ledger, warmup: str, stages: tuple[BatchStage, ...], k: float, w0: float, n: int,
+            b0: int, batch: int) -> tuple[float, float]:
+    """The warmup's epochs and optimizer steps: LEGW's k·w0 (at a ramp's first batch), or w0."""
+    if warmup == "legw" and stages:  # LEGW at the batch the ramp starts with
+        k0 = stages[0].scale
+        warmup_epochs = d("w", "warmup_epochs", k0 * w0, "k₀ · w0", f"{fmt(k0)} · {fmt(w0)}",
+                          "linear-epoch warmup (LEGW) at the ramp's first batch")
+    elif warmup == "legw":
+        warmup_epochs = d("w", "warmup_epochs", k * w0, "k · w0", f"{fmt(k)} · {fmt(w0)}",
+                          "linear-epoch warmup (LEGW)")
+    else:
+        warmup_epochs = d("w", "warmup_epochs", w0, "w0", fmt(w0), "constant-epoch warmup")
+    if stages:
+        return warmup_epochs, d("I_w", "warmup_iterations", _ramp_step(stages, warmup_epochs * n),
+                                "the step whose samples reach w · n",
+                                f"{fmt(warmup_epochs)} · {fmt(n)} samples")
+    if warmup == "legw":  # = w·n/B, written so that it is bit-identical at every B
+        return warmup_epochs, d("I_w", "warmup_iterations", w0 * n / b0, "w0 · n / B0",
+                                f"{fmt(w0)} · {fmt(n)} / {fmt(b0)}",
+                                "= w·n/B: constant across batches")
+    return warmup_epochs, d("I_w", "warmup_iterations", w0 * n / batch, "w · n / B",
+                            f"{fmt(w0)} · {fmt(n)} / {fmt(batch)}")
+
+
+# The three budgets: each returns the run's (epochs, optimizer steps) and records how.
+
+
+def _same_epochs_budget(d: _Ledger, e0: float, n: int, b0: int, batch: int, i0: int
+                        ) -> tuple[float, int]:
+    """same-epochs: the baseline's E0 epochs, k× fewer steps."""
+    steps = d("I", "total_iterations", -(-b0 * i0 // batch), "⌈B0 · I0 / B⌉",
+              f"⌈{fmt(b0)} · {fmt(i0)} / {fmt(batch)}⌉ = ⌈{fmt(b0 * i0 / batch)}⌉",
+              "same epochs, k× fewer steps")
+    d("E_tot", "total_epochs", e0, "I0 · B0 / n", f"{fmt(i0)} · {fmt(b0)} / {fmt(n)}",
+      "unchanged by scaling")
+    return e0, steps
+
+
+def _hold_budget(d: _Ledger, ahead: Forecast | None, e0: float, n: int, batch: int, i0: int
+                 ) -> tuple[float, int]:
+    """hold: the epochs the probe's forecast says the batch needs for the baseline's loss."""
+    factor = max(ahead.factor, 1.0)
+    epochs = d("E_tot", "total_epochs", factor * e0, "max(f, 1) · E0", f"{factor:.6g} · {fmt(e0)}",
+               "budget hold: the epochs forecast to reach the baseline's loss")
+    steps = math.ceil(epochs * n / batch)
+    d("I", "total_iterations", steps, "⌈E_tot · n / B⌉",
+      f"⌈{epochs:.6g} · {fmt(n)} / {fmt(batch)}⌉",
+      f"{i0 / steps:.3g}× fewer steps than the baseline's {fmt(i0)}")
+    return epochs, steps
+
+
+def _ramp_budget(d: _Ledger, stages: tuple[BatchStage, ...], samples: int, n: int, e0: float,
+                 i0: int) -> tuple[float, int]:
+    """ramp: the samples the forecast puts on the ramp's rungs, and their steps."""
+    epochs = d("E_tot", "total_epochs", samples / n,
+               "∫₀^E0 (B_noise(e) + b(e)) / (B_noise(e) + B0) de",
+               f"b(e) the ramp's batch, E0 = {fmt(e0)}",
+               "the epochs the ramp is forecast to need for the baseline's loss")
+    last = stages[-1].last_step
+    steps = d("I", "total_iterations", last, "Σ_j I_j", " + ".join(str(st.steps) for st in stages),
+              f"{i0 / last:.3g}× fewer steps than the baseline's {fmt(i0)}")
+    return epochs, steps
 
 
 def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, n: int,
