@@ -13,6 +13,7 @@ __all__ = [
     "BACKENDS",
     "a_path",
     "check_backend",
+    "check_dataset_size",
     "check_endpoint",
     "check_port",
     "output_file",
@@ -112,3 +113,34 @@ def check_backend(backend: str | None, cuda: bool) -> None:
     if backend == "nccl" and not cuda:
         raise DateError("--backend nccl needs CUDA GPUs and this machine has none; use gloo (the "
                         "default on the CPU).")
+
+
+DATASET_SIZE_SLACK = 0.1
+"""How far baseline.dataset_size may be from the training data's length before a run is refused
+(a spec may give an approximate size, as gnmt's does for WMT)."""
+
+
+def check_dataset_size(n: int, source: str, held: int, batch: int, data_dir: str | None,
+                       recipe: str, other_recipe: str | None = None) -> str | None:
+    """The plan's n samples an epoch (from ``source``) against the ``held`` samples the data of
+    ``recipe`` holds: a refusal when every epoch count would be off, a note when they differ a
+    little, None when they agree. ``other_recipe``: the recipe the spec names, if not this one
+    (a spec of another recipe is the likely mistake)."""
+    if n == held:
+        return None
+    if batch > held:
+        raise DateError(f"batch {batch} is larger than the training data ({held} samples in "
+                        f"{data_dir or 'the default data'}); choose --batch {held} or less, or "
+                        "point train.data_dir at the whole data set.")
+    if source.startswith("recipe"):  # the recipe's nominal size: every epoch figure would lie
+        raise DateError(f"the training data holds {held} samples, not the {n} {source} assumes; "
+                        f"set baseline.dataset_size: {held} (or point train.data_dir at the whole "
+                        "data set).")
+    if abs(n - held) > DATASET_SIZE_SLACK * held:  # every epoch count would be off by n/held
+        hint = (f" (the spec names recipe {other_recipe}: is it a spec of another recipe?)"
+                if other_recipe else "")
+        raise DateError(f"{source} says {n:,} training samples but the data of recipe {recipe} "
+                        f"holds {held:,}{hint}: every epoch count of the plan would be off by "
+                        f"{n / held:.3g}×. Set baseline.dataset_size: {held}, or point "
+                        "train.data_dir at the whole data set.")
+    return f"the plan counts epochs of {n} samples ({source}) but the training set holds {held}."

@@ -162,6 +162,20 @@ class NoiseScale:
             self.has_risen = self.has_risen or scale >= self.RISE * self.lowest
         return True
 
+
+    def observe(self, sample, split) -> NoiseEstimate | None:
+        """Fold one step's ``sample`` (small |g|², big |g|² and, with pairs, ⟨g_t, g_t−1⟩, as
+        the step's all-reduce returned them) in when the step saw more than one gradient of
+        ``split`` (a :class:`~date_engine.plan.BatchSplit`; a ramp stage may see one); the
+        smoothed estimate after it, None if the step measured nothing."""
+        if sample is None:
+            return None
+        if split.world_size * split.accumulation_steps > 1:
+            small_sq, big_sq, *pair = sample
+            self.update(small_sq, big_sq, split.micro_batch, split.batch,
+                        pair[0] if pair else None)
+        return self.estimate
+
     @property
     def estimate(self) -> NoiseEstimate | None:
         if self._weight == 0.0:

@@ -766,6 +766,10 @@ def stage_split(split: BatchSplit, batch: int, gradients: int = 1) -> BatchSplit
 
 # ------------------------------------------------------------------------------ the one resolver
 
+# A dry run keeps the plan and replaces its batch split: 2 samples per pass, 2 passes per step,
+# 2 optimizer steps.
+DRY_RUN_MICRO_BATCH, DRY_RUN_ACCUMULATION, DRY_RUN_STEPS = 2, 2, 2
+
 
 class RunPlan(NamedTuple):
     """What a run trains with: the plan, and beside it the split of its global batch.
@@ -775,20 +779,77 @@ class RunPlan(NamedTuple):
     plan: Plan
     split: BatchSplit
 
+    dry_steps = None
+    """A dry run's length (:meth:`dry_run`): that many steps of ``split`` under the same plan."""
+
+    def dry_run(self, world_size: int) -> RunPlan:
+        """The dry run of this plan: the plan unchanged, DRY_RUN_STEPS optimizer steps of
+        DRY_RUN_MICRO_BATCH samples × ``world_size`` processes × DRY_RUN_ACCUMULATION passes."""
+        return _DryRun(self.plan, BatchSplit(DRY_RUN_MICRO_BATCH, world_size,
+                                             DRY_RUN_ACCUMULATION))
+
+    @property
+    def last_step(self) -> int:
+        """The run's last optimizer step (a measured ramp's moves change it)."""
+        return self.plan.total_iterations if self.dry_steps is None else self.dry_steps
+
+    @property
+    def follows_noise(self) -> bool:
+        """A measured batch ramp: the run moves up as its own noise scale says (a dry run
+        steps with its one split)."""
+        return bool(self.plan.ramp) and self.plan.ramp_mode == "measured" \
+            and self.dry_steps is None
+
     def split_at(self, step: int) -> BatchSplit:
         """The split of optimizer step ``step``'s batch: ``split``, or its ramp stage's."""
         stage = self.plan.stage_at(step)
-        if stage is None or stage.batch == self.split.batch:
+        if self.dry_steps is not None or stage is None or stage.batch == self.split.batch:
             return self.split
         measured = self.plan.ramp_mode == "measured"  # its stages measure the noise scale
         return stage_split(self.split, stage.batch, 2 if measured else 1)
+
+    def stage_starting(self, step: int) -> BatchStage | None:
+        """The ramp stage whose batch optimizer step ``step`` is the first of (none at step 1,
+        in a dry run, or without a ramp)."""
+        stage = self.plan.stage_at(step)
+        if self.dry_steps is None and stage is not None and step == stage.first_step > 1:
+            return stage
+        return None
+
+    def samples_through(self, step: int) -> int:
+        """Global samples trained on by the end of optimizer step ``step``."""
+        if self.dry_steps is not None:
+            return step * self.split.batch
+        return int(self.plan.samples_through(step))
+
+    def steps_within(self, samples: int) -> int:
+        """The most optimizer steps of this plan that train on no more than ``samples``."""
+        low, high = 0, self.plan.total_iterations
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if self.samples_through(mid) <= samples else (low, mid - 1)
+        return low
+
+    def stream(self, start: int, stop_at: int) -> list[tuple[int, int]]:
+        """(micro-batch, how many) a process reads, in order, for steps start+1 .. stop_at: one
+        entry, or one per batch ramp stage those steps touch."""
+        if self.dry_steps is not None:
+            return [(self.split.micro_batch, (stop_at - start) * self.split.accumulation_steps)]
+        sizes, step = [], start + 1
+        while step <= stop_at:
+            split, stage = self.split_at(step), self.plan.stage_at(step)
+            last = min(stop_at, stage.last_step) if stage is not None else stop_at
+            sizes.append((split.micro_batch, (last - step + 1) * split.accumulation_steps))
+            step = last + 1
+        return sizes
 
     def to_dict(self) -> dict[str, Any]:
         """The run's plan as one JSON object: what ``date plan --json`` prints and ``plan.json``
         holds (with a ramp, each stage's split as ``stage_splits``)."""
         data = {**self.plan.to_dict(), **self.split.to_dict()}
         if self.plan.ramp:
-            data["stage_splits"] = [self.split_at(st.first_step).to_dict()
+            whole = RunPlan(self.plan, self.split)  # a dry run's record: the stages' own splits
+            data["stage_splits"] = [whole.split_at(st.first_step).to_dict()
                                     for st in self.plan.ramp]
         return data
 
@@ -804,6 +865,13 @@ class RunPlan(NamedTuple):
         return {**self.to_dict(), "step": {"path": path, "how": how}}
 
 
+class _DryRun(RunPlan):
+    """A plan stepped as a dry run: its tiny split at every step, for DRY_RUN_STEPS steps."""
+
+    __slots__ = ()
+    dry_steps = DRY_RUN_STEPS
+
+
 def resolve_plan(
     spec: Spec,
     batch: int,
@@ -812,6 +880,7 @@ def resolve_plan(
     recipe: Recipe | None = None,
     dataset_size: int | None = None,
     ramp_changes: tuple[Change, ...] = (),
+    noise_curve: NoiseCurve | None = None,
 ) -> RunPlan:
     """The plan and batch split a run of ``spec`` at global ``batch`` trains with.
 
@@ -820,7 +889,9 @@ def resolve_plan(
     read, checked to be of this baseline, and its noise curve forecasts. The micro-batch is
     ``micro_batch`` (the command line), else ``train.micro_batch``, else the recipe's default
     fitted to each process's share (the largest divisor of it not above the default), else the
-    whole share. ``ramp_changes``: the moves up a measured batch ramp the run made.
+    whole share. ``ramp_changes``: the moves up a measured batch ramp the run made;
+    ``noise_curve``: the probe's curve the run's plan already holds (a move re-derives the plan
+    from it and reads no file).
     """
     _a_spec(spec, "resolve_plan")
     batch = _positive_int("--batch", batch)
@@ -829,8 +900,8 @@ def resolve_plan(
     else:
         n, source = dataset_size, "the training data"
     world_size = _positive_int("--nproc (world size)", world_size)
-    curve = None
-    if spec.date.probe is not None:
+    curve = noise_curve
+    if curve is None and spec.date.probe is not None:
         samples, _ = _samples_per_epoch(spec, n, source)
         curve = Probe.read(spec.date.probe).matching(baseline_identity(spec, samples)).curve
     plan = derive_plan(spec, batch, dataset_size=n, dataset_size_source=source,

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from date_engine.forecast import NoiseCurve, mean_cost
 
-__all__ = ["Change", "Rung", "climb", "follow", "ladder", "move", "ramp"]
+__all__ = ["Change", "Follower", "Rung", "climb", "follow", "ladder", "move", "ramp"]
 
 
 @dataclass(frozen=True)
@@ -174,3 +174,22 @@ def _progress_at(curve: NoiseCurve, noise: float) -> float:
     if curve.beta <= 0:
         return math.inf if noise > curve.a else 0.0
     return (noise / curve.a) ** (1.0 / curve.beta)
+
+
+class Follower:
+    """A measured ramp's decision after each step (``date.ramp: measured``): the move up to the
+    largest rung of the ladder the run's noise scale has passed, from the next step on, or None
+    to stay (or where the plan moves there anyway). It moves only once the noise scale has been
+    measurable and risen from its lowest (``noise.trusted``). Every process decides alike: the
+    noise scale comes from the step's all-reduce. The ladder is the one ``derive_plan`` built:
+    rungs of the target batch halved, multiples of the processes."""
+
+    def __init__(self, noise, target: int, baseline: int, world_size: int) -> None:
+        self.noise = noise
+        self.rungs = ladder(target, baseline, world_size)
+
+    def after(self, step: int, stages, reach: float) -> Change | None:
+        """The move after optimizer step ``step`` of a ramp planned as ``stages``."""
+        if not self.noise.trusted:
+            return None
+        return move(stages, self.rungs, step, self.noise.scale, reach)

@@ -23,6 +23,7 @@ The trainer writes and ``date sweep`` reads these only through this module. It i
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import math
@@ -166,7 +167,9 @@ class RunFolder:
         The lock is an ``flock`` on ``LOCK``: the kernel releases it when the holder exits or is
         killed, so a lock left by a dead process never blocks (the file's words stay, stale).
         On file systems without ``flock`` across hosts (some NFS setups) it guards one host only.
+        A folder the lock made goes again when it is released holding nothing but ``LOCK``.
         """
+        made = not self.root.exists()
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -180,7 +183,7 @@ class RunFolder:
         os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                  "since": time.strftime("%Y-%m-%d %H:%M:%S"),
                                  "command": command}).encode())
-        return RunLock(fd)
+        return RunLock(fd, self if made else None)
 
     def lock_holder(self) -> str | None:
         """Who holds the lock now, in words; None when nobody does."""
@@ -301,14 +304,24 @@ def default_run_folder(base: Path, resume: bool) -> Path:
 class RunLock:
     """A held run-folder lock; ``release()`` (or process exit) lets the next writer in."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, made: RunFolder | None = None) -> None:
         self._fd: int | None = fd
+        self._made = made
+        """The folder, when taking the lock made it."""
 
     def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        """Unlock; a folder the lock made and nothing else was written to (a refused --resume,
+        say) goes."""
+        if self._fd is None:
+            return
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+        folder = self._made
+        if folder is not None and {p.name for p in folder.root.iterdir()} <= {"LOCK"}:
+            with contextlib.suppress(OSError):
+                folder.lock_path.unlink(missing_ok=True)
+                folder.root.rmdir()
 
 
 class MetricsLog:

@@ -366,3 +366,55 @@ def test_the_how_sure_example_is_the_vit_probe_s():
     text = " ".join((ROOT / "docs" / "noise.md").read_text().split())
     assert (f"(vit-mnist: {ahead.holding_low}–{ahead.holding_high} around "
             f"{ahead.holding_batch})") in text
+
+
+def test_every_import_follows_the_flow_architecture_md_allows():
+    """Each import inside the package (at the top or in a function; not the type-checking ones)
+    goes to a module left of its own on architecture.md's line, or beside it; view/ stands beside
+    the flow but imports neither train nor cli; and no two modules import each other (type-only
+    imports included: the sweep's runner and its live view once did)."""
+    import ast
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    line = next(x for x in _section(text, "## Allowed imports").splitlines() if "←" in x)
+    rank = {}
+    for i, step in enumerate(line.split("←")):
+        for name in re.findall(r"\w+", step):
+            rank[name] = i
+    rank.update({"data": rank["recipes"], "models": rank["recipes"]})
+
+    def group(module: str) -> str:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 else "date_engine"
+
+    edges, wrong = set(), []
+    for path in (ROOT / "date_engine").rglob("*.py"):
+        here = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        tree = ast.parse(path.read_text())
+        typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                       and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("date_engine"):
+                targets = [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.startswith("date_engine.")]
+            else:
+                continue
+            for target in targets:
+                edges.add((here, target))  # a circle counts even through type-only imports
+                src, dst = group(here), group(target)
+                if id(node) in typing_only:
+                    continue
+                if src == dst or src in ("cli", "sysdate", "__main__", "date_engine"):
+                    continue
+                if src == "view":
+                    ok = dst not in ("train", "cli")
+                elif dst == "view":
+                    ok = src in ("train", "sweep", "cli")
+                else:
+                    ok = rank[dst] <= rank[src]
+                if not ok:
+                    wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {target}")
+    assert not wrong, wrong
+    mutual = sorted((a, b) for a, b in edges if (b, a) in edges and a < b)
+    assert not mutual, mutual

@@ -20,7 +20,6 @@ from date_engine.probe import NoisePoint, Probe, baseline_identity
 from date_engine.ramp import Change, climb, follow, ladder, move, ramp
 from date_engine.spec import parse_spec
 from date_engine.train.sampling import MicroBatchSampler
-from date_engine.train.trainer import stream_sizes
 from tests.runs import SHORT, SPEC, date, final_model, metrics
 
 RISING = NoiseCurve(a=500.0, beta=1.0, first=0.1, last=1.0)  # B_noise = 500·e
@@ -272,7 +271,7 @@ def test_every_sample_is_read_once_per_epoch_across_a_change():
     changes = [plan.epoch(s.first_step - 1) for s in plan.ramp[1:]]
     assert any(e % 1 > 0 for e in changes[:2])  # at least one change is mid-epoch
     steps = plan.ramp[-1].first_step + 3
-    sizes = stream_sizes(planned, 0, steps)
+    sizes = planned.stream(0, steps)
     assert [m for m, _ in sizes] == [8] * 5
     reads = [list(MicroBatchSampler(n, sizes[0][0], 2, rank, 0, 0, sizes[0][1], sizes[1:]))
              for rank in (0, 1)]
@@ -285,7 +284,7 @@ def test_every_sample_is_read_once_per_epoch_across_a_change():
         assert len(seen) == len(set(seen)) == 2 * per_process
     # resuming at a step inside a later stage reads exactly the rest of the stream
     mid = plan.ramp[2].first_step + 1
-    later = stream_sizes(planned, mid, steps)
+    later = planned.stream(mid, steps)
     rest = list(MicroBatchSampler(n, later[0][0], 2, 0, 0, int(plan.samples_through(mid)) // 2,
                                   later[0][1], later[1:]))
     assert [i for b in rest for i in b] == stream[0][int(plan.samples_through(mid)) // 2:]

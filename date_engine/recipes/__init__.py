@@ -111,6 +111,23 @@ class Recipe:
                 raise DateError(f"recipe {self.name} {why} with {module}, which is not installed; "
                                 f"run: pip install 'date-engine[{extra}]'")
 
+    def load_data(self, options: DataOptions, model: Any, dry_run: bool = False) -> RecipeData:
+        """The recipe's data; for a dry run whose files are missing, generated samples of the
+        recipe's shapes instead, with a note saying so."""
+        from dataclasses import replace
+
+        from date_engine.errors import DataMissing
+
+        try:
+            return self.build_data(options, model)
+        except DataMissing as exc:
+            if not dry_run:
+                raise
+            data = self.build_data(replace(options, synthetic=True), model)
+            data.note = (f"{exc} The dry run steps on generated samples of the recipe's "
+                         "shapes instead.")
+            return data
+
     def parse_options(self, values: dict[str, Any] | None = None) -> Any:
         """The spec's ``model:`` section validated against this recipe's options."""
         values = dict(values or {})

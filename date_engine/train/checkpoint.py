@@ -353,3 +353,52 @@ class CheckpointPolicy:
 
     def saved(self) -> None:
         self._last = time.monotonic()
+
+
+class NonFiniteState(Exception):
+    """The model's or optimizer's state is not finite (found when a checkpoint was to be
+    written): no checkpoint may promise a state training cannot go on from."""
+
+
+def save_run(rt, folder: RunFolder, step: int, planned, model, optimizer, scaler, noise,
+             log, *, seed: int, spec_fingerprint: str, recipe: str, keep: int,
+             rng: dict[str, Any] | None = None) -> Path | None:
+    """Write the checkpoint of ``step`` of a run stepping as ``planned`` (collective: every
+    process sends its RNG states — ``rng``, or its state now — and its unlogged losses). Returns
+    the path on rank 0, else None. Raises :class:`NonFiniteState` on every process when the
+    model's or optimizer's state is not finite (the replicas are equal, so every process does)."""
+    import torch.distributed as dist
+
+    if not finite(model.state_dict(), optimizer.state_dict()):
+        raise NonFiniteState
+    mine = {"rng": rng if rng is not None else capture_rng(), "log_window": log.window_state()}
+    states = [None] * rt.world_size if rt.distributed else [mine]
+    if rt.distributed:
+        dist.all_gather_object(states, mine)
+    if not rt.is_main:
+        return None
+    samples = planned.samples_through(step)
+    payload = {
+        "format": FORMAT,
+        "step": step,
+        "samples_seen": samples,
+        "train_seconds": log.train_seconds(),
+        "sampler": {"samples_per_process": samples // planned.split.world_size, "seed": seed},
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "noise": noise.state_dict() if noise is not None else None,
+        "ranks": states,
+        "plan": planned.to_dict(),
+        "spec_fingerprint": spec_fingerprint,
+        "recipe": recipe,
+    }
+    return save_atomic(folder, step, payload, keep)
+
+
+def read_back(folder: RunFolder, step: int) -> None:
+    """Refuse, in one sentence, when the newest valid checkpoint of ``folder`` is not the one of
+    ``step`` just written (a dry run reads back what it wrote)."""
+    found = newest_valid(folder)
+    if found is None or found.payload["step"] != step:
+        raise DateError(f"dry run: the checkpoint written at step {step} could not be read back")

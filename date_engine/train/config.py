@@ -50,6 +50,11 @@ class RunConfig:
     """Say in one line what is trained instead of showing the plan, and end without the summary
     table and curves.png: for a run that is part of another command (``date probe``)."""
 
+    @property
+    def draws_curves(self) -> bool:
+        """curves.png at the end: not for a dry run or a brief one."""
+        return not self.dry_run and not self.brief
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, default=str)
 

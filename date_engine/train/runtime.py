@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-__all__ = ["Runtime", "die_with_parent", "job_environment", "setup", "teardown"]
+__all__ = ["Runtime", "die_with_parent", "job_environment", "raise_everywhere", "setup",
+           "teardown"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,29 @@ class Runtime:
     def grad_scaler(self) -> torch.amp.GradScaler | None:
         """fp16 needs loss scaling; bf16 and fp32 do not."""
         return torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The module the step runs: ``model`` under DDP in a job, compiled with ``--compile``."""
+        wrapped = model
+        if self.distributed:
+            wrapped = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[self.device] if self.device.type == "cuda" else None)
+        if self.compile:
+            wrapped = torch.compile(wrapped)
+        return wrapped
+
+
+def raise_everywhere(rt: Runtime, error: str | None) -> None:
+    """Raise rank 0's ``error`` (a refusal) on every process, so that none waits for one that
+    left."""
+    if rt.distributed:
+        box = [error]
+        dist.broadcast_object_list(box, src=0)
+        error = box[0]
+    if error:
+        from date_engine.errors import DateError
+
+        raise DateError(error)
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:

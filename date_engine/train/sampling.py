@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 
 from torch.utils.data import DistributedSampler, Sampler
 
-__all__ = ["MicroBatchSampler"]
+__all__ = ["MicroBatchSampler", "loader"]
 
 
 class _Length:
@@ -76,3 +76,21 @@ class MicroBatchSampler(Sampler[list[int]]):
                     epoch, offset = epoch + 1, 0
                 yield pending[:micro]
                 pending = pending[micro:]
+
+
+def loader(data, planned, rank: int, seed: int, start: int, stop_at: int, num_workers: int,
+           pin_memory: bool, worker_seed: int):
+    """This process's micro-batches of ``data.train`` for steps start+1 .. stop_at of the run
+    stepping as ``planned`` (a :class:`~date_engine.plan.RunPlan`), resumable at any step (a
+    ramp's stages one after the other); ``worker_seed`` seeds the loader's workers."""
+    import torch
+
+    sizes = planned.stream(start, stop_at)
+    first = sizes[0] if sizes else (planned.split.micro_batch, 0)
+    world = planned.split.world_size
+    sampler = MicroBatchSampler(len(data.train), first[0], world, rank, seed,
+                                start=planned.samples_through(start) // world, count=first[1],
+                                then=sizes[1:])
+    return torch.utils.data.DataLoader(
+        data.train, batch_sampler=sampler, collate_fn=data.collate, num_workers=num_workers,
+        pin_memory=pin_memory, generator=torch.Generator().manual_seed(worker_seed))

@@ -16,3 +16,22 @@ def error_line(message: str) -> Text:
 def note_line(message: str) -> Text:
     """``note: <message>``, the label in yellow."""
     return Text.assemble(("note:", "yellow"), " ", message)
+
+
+def nonfinite_message(step: int, loss: float | None, last: tuple | None) -> str:
+    """Why a run stopped non-finite, and what to do: the loss (or gradients) of ``step`` when
+    ``loss`` is given, else the state after ``step``; ``last``: (path, step) of the last good
+    checkpoint, if any."""
+    import math
+
+    where = (f"the last good checkpoint is {last[0]} (step {last[1]})" if last
+             else "no finite state was left to write a checkpoint of")
+    if loss is None:
+        what = (f"the weights or optimizer state became non-finite by step {step} (the loss "
+                "stayed finite); stopped")
+    else:
+        what = (f"the loss became non-finite ({loss})" if not math.isfinite(loss) else
+                f"the gradients became non-finite (the loss read {loss:.4g})")
+        what += f" at step {step}; stopped without taking that step"
+    return (f"{what}, and {where}. Lower baseline.lr, set train.grad_clip, or check the data, "
+            "then resume with --resume.")

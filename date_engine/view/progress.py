@@ -8,11 +8,13 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
-from date_engine.plan import BatchSplit, Plan
+from date_engine.plan import BatchSplit, Plan, RunPlan
 from date_engine.runfolder import RunSummary
+from date_engine.view.console import note_line
 
-__all__ = ["ProgressView", "render_summary"]
+__all__ = ["ProgressView", "end_notes", "render_summary", "run_notes"]
 
 
 class ProgressView:
@@ -91,3 +93,46 @@ def render_summary(summary: RunSummary, plan: Plan, split: BatchSplit,
     for row in rows:
         table.add_row(*row)
     return table
+
+
+def run_notes(config, recipe: str, planned: RunPlan, steps_plan: RunPlan, stop_at: int, folder,
+              data_note: str, noise, backend: str | None, width: int) -> list:
+    """What ``date scale`` shows before its first step: the plan (or, brief, one line), then
+    notes on the data, the noise scale, a dry run and a measured ramp."""
+    from date_engine.view.plan import describe_split, render_plan
+
+    plan, lines = planned.plan, []
+    if config.brief:
+        lines.append(Text(f"training the first {stop_at:,} of the baseline's "
+                          f"{plan.total_iterations:,} optimizer steps ({recipe}, batch "
+                          f"{describe_split(planned.split)}) into {folder}"))
+    else:
+        lines.append(render_plan(plan, planned.split, f"date scale {config.spec_path} — recipe "
+                                 f"{recipe}", chart_width=min(width - 14, 72)))
+    if data_note:
+        lines.append(note_line(data_note))
+    if noise is None and config.measure_noise and not config.dry_run and not plan.ramp \
+            and not config.brief:
+        lines.append(note_line(
+            "the gradient noise scale is not measured: each step sees one gradient (one "
+            "process, no accumulation); a --micro-batch below the batch measures it."))
+    if config.dry_run:
+        lines.append(Text.from_markup(
+            f"[bold]dry run:[/] the plan above is valid; now {steps_plan.last_step} optimizer "
+            f"steps of {describe_split(steps_plan.split)} on the CPU "
+            f"({backend or 'one process'}), writing only to a temporary folder."))
+    if steps_plan.follows_noise:
+        lines.append(note_line(
+            "the batch ramp follows the noise scale this run measures: each stage above starts "
+            "where its batch is reached, at the latest where the table puts it, and every "
+            "earlier start shortens the run (plan.json is rewritten at each)."))
+    return lines
+
+
+def end_notes(summary: RunSummary, plan: Plan, split: BatchSplit, config) -> list:
+    """What ``date scale`` shows at its end: the summary table (not for a brief run), and how to
+    continue a run that stopped early (not a dry run's)."""
+    lines: list = [] if config.brief else [render_summary(summary, plan, split, config.dry_run)]
+    if summary.stopped_by and config.rerun_command and not config.dry_run:
+        lines.append(Text(f"continue with: {config.rerun_command} --resume"))
+    return lines
