@@ -245,6 +245,30 @@ def test_a_measured_plan_is_the_plan_of_its_moves():
     assert stage_split(BatchSplit(4096, 1, 1), 256) == BatchSplit(256, 1, 1)
 
 
+def test_a_move_rederives_the_plan_from_the_curve_it_holds(tmp_path):
+    """What the trainer does at a measured ramp's move: resolve_plan with the moves and the
+    curve its plan holds, reading no probe.json (one moved away during a long run broke the
+    first move), to the same plan as derive_plan's; the follower climbs the same ladder."""
+    from date_engine.plan import resolve_plan
+    from date_engine.ramp import Follower
+
+    spec = _spec(probe=str(tmp_path / "gone" / "probe.json"))  # no such file
+    changes = (Change(60, 1024, 1100.0),)
+    moved = resolve_plan(spec, 4096, ramp_changes=changes, noise_curve=RISING)
+    assert moved.plan == derive_plan(spec, 4096, noise_curve=RISING, ramp_changes=changes)
+
+    class Noise:
+        trusted, scale = True, 5000.0
+
+    follower = Follower(Noise(), 4096, 128, 1)
+    assert follower.rungs == ladder(4096, 128)
+    plan = moved.plan
+    assert follower.after(61, plan.ramp, plan.ramp_reach) == Change(62, 4096, 5000.0) == move(
+        plan.ramp, ladder(4096, 128), 61, 5000.0, plan.ramp_reach)
+    Noise.trusted = False
+    assert follower.after(61, plan.ramp, plan.ramp_reach) is None
+
+
 def test_without_a_ramp_plans_are_unchanged():
     """Budgets other than ramp take none of the ramp's paths."""
     same = derive_plan(_spec(budget="same-epochs"), 4096, noise_curve=RISING)
