@@ -494,6 +494,9 @@ BudgetsOpt = Annotated[Optional[str], typer.Option(
     "--budgets", metavar="same-epochs,hold,ramp,ramp-planned", help="Train each scheme once "
     "per budget (date.budget; ramp-planned: a ramp with date.ramp planned), side by side as "
     "scheme+budget; all but same-epochs need --probe. Default: the spec's budget.")]
+GridSetOpt = Annotated[Optional[list[str]], _opt(
+    "--grid-set", metavar="KEY=VALUE", help="An option of the optimizer lars, lamb and adam "
+    "tune, e.g. --grid-set phi_bounds=[1,10] (repeatable).")]
 ReportOnlyOpt = Annotated[bool, _flag(
     "--report-only", help="Train nothing; write the report from the cells already run.")]
 
@@ -508,7 +511,7 @@ def sweep_command(
     probe: Annotated[Optional[Path], _path_opt(
         "--probe", help="probe.json of the baseline: the report puts each batch's forecast beside "
         "what its cells measured, and --budgets hold and ramp train with it.")] = None,
-    budgets: BudgetsOpt = None,
+    budgets: BudgetsOpt = None, grid_set: GridSetOpt = None,
 ) -> None:
     """Compare schemes across batch sizes: accuracy, time to accuracy, speedup, plots.
 
@@ -516,8 +519,8 @@ def sweep_command(
     finished cells and resumes interrupted ones."""
     with user_errors():
         from date_engine.sweep import (SweepOptions, Tolerance, parse_batches,  # noqa: I001
-                                       parse_budgets, parse_lr_grid, parse_schemes, plan_sweep,
-                                       run_sweep, sweep_forecast)
+                                       parse_budgets, parse_grid_options, parse_lr_grid,
+                                       parse_schemes, plan_sweep, run_sweep, sweep_forecast)
 
         path, spec = _spec(spec_arg, overrides)
         recipe = _recipe_to_train(path, spec, spec.recipe)
@@ -526,7 +529,8 @@ def sweep_command(
             lr_grid=tuple(parse_lr_grid(lr_grid)), tolerance=Tolerance.parse(tolerance),
             evals=evals, nproc=nproc, jobs=jobs,
             budgets=tuple(parse_budgets(budgets)) if budgets is not None else (),
-            probe=str(probe.resolve()) if probe is not None else None)
+            probe=str(probe.resolve()) if probe is not None else None,
+            grid_options=parse_grid_options(grid_set))
         root = output_folder(output_dir or Path("sweeps") / path.stem, "--output-dir")
         cells = plan_sweep(spec, options, recipe)
         console = Console(highlight=False)

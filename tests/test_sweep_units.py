@@ -348,3 +348,26 @@ def test_the_live_table_and_the_plain_lines_follow_the_cells():
     plain.update()
     plain.update()
     assert log.getvalue() == f"{cells[-1].cell.name}: done, metric 91.5, 40 steps\n"
+
+
+def test_grid_set_reaches_the_tuned_optimizer_only():
+    """--grid-set gives the optimizer the grid schemes tune an option of its own (LAMB's
+    phi_bounds) and leaves the baseline and the rules' cells alone; an option that optimizer does
+    not take names the cell."""
+    from date_engine.sweep import parse_grid_options
+
+    grid = parse_grid_options(["phi_bounds=[1, 10]"])
+    assert grid == {"phi_bounds": [1, 10]}
+    options = SweepOptions(batches=[64], schemes=parse_schemes("date,lamb"), lr_grid=(1e-3,),
+                           grid_options=grid)
+    cells = plan_sweep(parse_spec(BASE), options)
+    by_scheme = {c.cell.scheme: c for c in cells}
+    assert by_scheme["lamb"].spec["baseline"]["optimizer"]["phi_bounds"] == [1, 10]
+    assert by_scheme["lamb"].run_plan.plan.optimizer.options["phi_bounds"] == (1.0, 10.0)
+    for name in ("date", "baseline"):
+        assert "phi_bounds" not in by_scheme[name].spec["baseline"]["optimizer"]
+    with pytest.raises(DateError, match="adam-B64.*'phi_bounds' is not an option of the adam"):
+        plan_sweep(parse_spec(BASE), SweepOptions(batches=[64], schemes=parse_schemes("adam"),
+                                                  lr_grid=(1e-3,), grid_options=grid))
+    with pytest.raises(DateError, match="--grid-set 'a.b=1'"):
+        parse_grid_options(["a.b=1"])

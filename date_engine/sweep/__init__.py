@@ -38,6 +38,7 @@ __all__ = [
     "Tolerance",
     "parse_batches",
     "parse_budgets",
+    "parse_grid_options",
     "parse_lr_grid",
     "parse_schemes",
     "plan_sweep",
@@ -60,6 +61,9 @@ class SweepOptions:
     """``--budgets``: each scheme once per budget (``scheme+budget``); empty: the spec's."""
     probe: str | None = None
     """probe.json for the hold and ramp budgets (absolute: every cell runs elsewhere)."""
+    grid_options: dict[str, Any] = field(default_factory=dict)
+    """``--grid-set``: options of the optimizer the grid schemes (lars, lamb, adam) tune, e.g.
+    LAMB's phi_bounds."""
 
     @property
     def labels(self) -> list[str]:
@@ -83,6 +87,7 @@ def plan_sweep(
         recipe=recipe,
         budgets=list(options.budgets) or None,
         probe=options.probe,
+        grid_options=options.grid_options,
     )
 
 
@@ -162,3 +167,22 @@ def sweep_forecast(spec: Spec, batches: list[int], nproc: int, recipe: Recipe) -
                      "steps": ahead.steps, "holding_batch": ahead.holding_batch,
                      "expected": "loses" if ahead.loses_at_same_epochs else "holds"})
     return {"probe": str(spec.date.probe), "batches": rows}
+
+
+def parse_grid_options(values: list[str] | None) -> dict[str, Any]:
+    """``--grid-set KEY=VALUE`` (repeatable) as the options of the grid schemes' optimizer;
+    VALUE is YAML, as with --set (phi_bounds=[1,10])."""
+    from date_engine.errors import DateError, SpecError
+    from date_engine.spec import apply_overrides
+
+    options: dict[str, Any] = {}
+    for value in values or ():
+        key = value.partition("=")[0].strip()
+        if not key or "." in key:
+            raise DateError(f"--grid-set {value!r}: expected an option of the tuned optimizer as "
+                            "KEY=VALUE, e.g. --grid-set phi_bounds=[1,10].")
+        try:
+            options.update(apply_overrides({}, [value]))
+        except SpecError as exc:
+            raise DateError(str(exc).replace("--set", "--grid-set", 1)) from None
+    return options

@@ -96,6 +96,7 @@ def build_cells(
     recipe: Recipe | None = None,
     budgets: list[str] | None = None,
     probe: str | None = None,
+    grid_options: dict[str, Any] | None = None,
 ) -> list[PlannedCell]:
     """Every cell of the sweep, baseline cells first, each with a validated spec and its plan.
 
@@ -123,6 +124,8 @@ def build_cells(
                 for lr in lr_grid if scheme.uses_grid else [None]:
                     for seed in seeds:
                         cell_raw = scheme.apply(raw, lr)
+                        if scheme.uses_grid and grid_options:  # --grid-set: its own options
+                            cell_raw["baseline"]["optimizer"].update(grid_options)
                         if budget is not None:
                             cell_raw.setdefault("date", {}).update(BUDGETS[budget][0])
                             if budget != "same-epochs":
