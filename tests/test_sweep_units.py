@@ -258,6 +258,21 @@ def test_a_cell_folder_is_not_shared(tmp_path):
         prepare_cell(tmp_path, other)
 
 
+def test_a_cell_written_before_a_new_spec_field_is_the_same_cell(tmp_path):
+    """A sweep resumed after an upgrade that added a spec field (date.second_moment did): the
+    cell.yaml written without it, at its default, is the same cell; at another value it is not."""
+    planned = cells_of(BASE, "64", "date")[1]
+    folder = prepare_cell(tmp_path, planned)
+    text = folder.cell_spec_path.read_text()
+    assert "second_moment: scaled" in text
+    folder.cell_spec_path.write_text(text.replace("  second_moment: scaled\n", ""))
+    prepare_cell(tmp_path, planned)
+    assert folder.cell_spec_path.read_text() == text  # written again by this version
+    folder.cell_spec_path.write_text(text.replace("second_moment: scaled", "second_moment: fixed"))
+    with pytest.raises(DateError, match="trained with other settings"):
+        prepare_cell(tmp_path, planned)
+
+
 def test_every_scheme_is_documented():
     assert set(SCHEMES) == {"date", "paper", "linear", "none", "lars", "lamb", "adam"}
     assert all(s.summary for s in SCHEMES.values())

@@ -54,7 +54,7 @@ def prepare_cell(root: Path, planned: PlannedCell) -> RunFolder:
     run = RunFolder(folder)
     text = yaml.safe_dump(planned.spec, sort_keys=False)
     path = run.cell_spec_path
-    if path.exists() and path.read_text() != text:
+    if path.exists() and path.read_text() != text and not _same_spec(path.read_text(), planned):
         raise DateError(f"{folder} was trained with other settings than this sweep asks for (see "
                         f"its {path.name}); use another --output-dir, or delete that folder to "
                         "run the cell again.")
@@ -64,6 +64,18 @@ def prepare_cell(root: Path, planned: PlannedCell) -> RunFolder:
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return run
+
+
+def _same_spec(written: str, planned: PlannedCell) -> bool:
+    """Whether a cell.yaml written by another version asks for the same training as ``planned``:
+    both read with this version's defaults (a field added since, at its default, is no change)."""
+    from date_engine.spec import parse_spec
+
+    try:
+        old = parse_spec(yaml.safe_load(written), source="cell.yaml")
+    except (DateError, yaml.YAMLError):
+        return False
+    return old == parse_spec(planned.spec, source="cell.yaml")
 
 
 def cell_command(planned: PlannedCell, folder: RunFolder, nproc: int, resume: bool) -> list[str]:
