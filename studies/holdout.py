@@ -208,6 +208,9 @@ BUDGETS = (
     Budget("lstm-mnist-adam", "MNIST rows, LSTM, Adam", "lstm-mnist-adam", "date", 2048),
     Budget("vit-mnist", "MNIST, ViT, AdamW", "vit-mnist-rules", "date", 4096),
     Budget("vit-mnist", "MNIST, ViT, AdamW", "vit-mnist-budgets-ramp", "date+ramp", 4096),
+    Budget("bert-mlm", "Shakespeare text, BERT (MLM), AdamW", "bert-mlm-rules", "date", 1024),
+    Budget("bert-mlm", "Shakespeare text, BERT (MLM), AdamW", "bert-mlm-budgets-ramp",
+           "date+ramp", 1024),
 )
 """Every cell group of the default rule at 16× and 32× with a budget the plan offers, in the
 order the studies were run."""

@@ -359,6 +359,16 @@ def test_the_held_out_table_is_recomputed_from_the_probes_and_sweeps():
     assert round(max(row.miss for row in leave_one_out()), 2) == HELD_OUT_MISS
 
 
+def test_the_held_out_budgets_table_is_recomputed_from_the_sweeps():
+    """docs/noise.md's table of every budget at 16× and 32×, fitted-on or held out, is what
+    studies/holdout.py reads from the sweeps' results.json."""
+    from studies.holdout import BUDGETS, FITTED_ON, budgets_table
+
+    section = _section((ROOT / "docs" / "noise.md").read_text(), "### Held out: the budgets")
+    assert budgets_table() in section
+    assert {b.study for b in BUDGETS} - set(FITTED_ON), "no held-out study in the table"
+
+
 def test_the_how_sure_example_is_the_vit_probe_s():
     """docs/noise.md's example of B_hold's one-standard-error range is the vit-mnist probe's."""
     from date_engine.forecast import forecast
