@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pydantic import create_model
 
@@ -22,10 +24,9 @@ def test_shipped_recipe_validates_and_plans_its_own_command(path):
     spec = load_spec(path)
     assert path.stem.startswith(spec.recipe)  # a recipe's YAML, or a variant of it
     first = path.read_text().splitlines()[0]
-    assert first.startswith(
-        (f"# date plan recipes/{path.name} --batch ", f"# date scale recipes/{path.name} --batch ")
-    ), "opens with its command"
-    batch = int(first.rsplit(" ", 1)[1])
+    commands = (f"# date plan recipes/{path.name} ", f"# date scale recipes/{path.name} ")
+    assert first.startswith(commands), "opens with its command"
+    batch = int(re.search(r" --batch (\d+)", first).group(1))
     plan = derive_plan(spec, batch)
     assert plan.scale > 1 and plan.warmup_epochs < plan.total_epochs
 
