@@ -195,23 +195,29 @@ class Budget:
         return self.batch // self.summary["baseline"]["results"][0]["batch"]
 
 
-BUDGETS = (
-    Budget("lenet-mnist", "MNIST, LeNet-5, RMSprop", "lenet-mnist-rules", "date", 2048),
-    Budget("lenet-mnist", "MNIST, LeNet-5, RMSprop", "lenet-mnist-rules", "date", 4096),
-    Budget("lenet-mnist", "MNIST, LeNet-5, RMSprop", "lenet-mnist-ramp-pairs", "date+ramp", 4096),
-    Budget("lstm-mnist", "MNIST rows, LSTM, momentum", "lstm-mnist-momentum", "date", 2048),
-    Budget("lstm-mnist", "MNIST rows, LSTM, momentum", "lstm-mnist-budgets-hold",
-           "date+same-epochs", 4096),
-    Budget("lstm-mnist", "MNIST rows, LSTM, momentum", "lstm-mnist-budgets-hold", "date+hold",
-           4096),
-    Budget("lstm-mnist", "MNIST rows, LSTM, momentum", "lstm-mnist-ramp-pairs", "date+ramp", 4096),
-    Budget("lstm-mnist-adam", "MNIST rows, LSTM, Adam", "lstm-mnist-adam", "date", 2048),
-    Budget("vit-mnist", "MNIST, ViT, AdamW", "vit-mnist-rules", "date", 4096),
-    Budget("vit-mnist", "MNIST, ViT, AdamW", "vit-mnist-budgets-ramp", "date+ramp", 4096),
-    Budget("bert-mlm", "Shakespeare text, BERT (MLM), AdamW", "bert-mlm-rules", "date", 1024),
-    Budget("bert-mlm", "Shakespeare text, BERT (MLM), AdamW", "bert-mlm-budgets-ramp",
-           "date+ramp", 1024),
-)
+WHAT = {
+    "lenet-mnist": "MNIST, LeNet-5, RMSprop",
+    "lstm-mnist": "MNIST rows, LSTM, momentum",
+    "lstm-mnist-adam": "MNIST rows, LSTM, Adam",
+    "vit-mnist": "MNIST, ViT, AdamW",
+    "bert-mlm": "Shakespeare text, BERT (MLM), AdamW",
+}
+"""Each study's data set, model and optimizer, for the tables."""
+
+BUDGETS = tuple(Budget(study, WHAT[study], *cells) for study, *cells in (
+    ("lenet-mnist", "lenet-mnist-rules", "date", 2048),
+    ("lenet-mnist", "lenet-mnist-rules", "date", 4096),
+    ("lenet-mnist", "lenet-mnist-ramp-pairs", "date+ramp", 4096),
+    ("lstm-mnist", "lstm-mnist-momentum", "date", 2048),
+    ("lstm-mnist", "lstm-mnist-budgets-hold", "date+same-epochs", 4096),
+    ("lstm-mnist", "lstm-mnist-budgets-hold", "date+hold", 4096),
+    ("lstm-mnist", "lstm-mnist-ramp-pairs", "date+ramp", 4096),
+    ("lstm-mnist-adam", "lstm-mnist-adam", "date", 2048),
+    ("vit-mnist", "vit-mnist-rules", "date", 4096),
+    ("vit-mnist", "vit-mnist-budgets-ramp", "date+ramp", 4096),
+    ("bert-mlm", "bert-mlm-rules", "date", 1024),
+    ("bert-mlm", "bert-mlm-budgets-ramp", "date+ramp", 1024),
+))
 """Every cell group of the default rule at 16× and 32× with a budget the plan offers, in the
 order the studies were run."""
 
