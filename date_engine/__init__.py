@@ -28,8 +28,9 @@ _LAZY = {
     "DateError": "date_engine.errors",
     "PlanError": "date_engine.errors",
     "SpecError": "date_engine.errors",
-    **dict.fromkeys(("BatchSplit", "Derivation", "OptimizerSettings", "Phase", "Plan", "RunPlan",
-                     "derive_plan", "resolve_plan"), "date_engine.plan"),
+    **dict.fromkeys(("Derivation", "OptimizerSettings", "Phase", "Plan", "derive_plan"),
+                    "date_engine.plan"),
+    **dict.fromkeys(("BatchSplit", "RunPlan", "resolve_plan"), "date_engine.runplan"),
     **dict.fromkeys(("Spec", "load_spec", "parse_spec"), "date_engine.spec"),
     "DATE": "date_engine.optim",
     "LAMB": "date_engine.optim",
@@ -42,16 +43,8 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from date_engine.errors import DateError, PlanError, SpecError
     from date_engine.optim import DATE, LAMB, LARS
     from date_engine.optim.build import build_optimizer
-    from date_engine.plan import (
-        BatchSplit,
-        Derivation,
-        OptimizerSettings,
-        Phase,
-        Plan,
-        RunPlan,
-        derive_plan,
-        resolve_plan,
-    )
+    from date_engine.plan import Derivation, OptimizerSettings, Phase, Plan, derive_plan
+    from date_engine.runplan import BatchSplit, RunPlan, resolve_plan
     from date_engine.schedule import plan_scheduler
     from date_engine.spec import Spec, load_spec, parse_spec
 

@@ -157,7 +157,7 @@ def plan_command(
     """Show every number DATE derives for BATCH, with its formula, before any training: by
     default the optimizer family's rule (k^p·η0 and the optimizer's batch-dependent settings);
     --set date.rule=paper for the paper's √k·η0."""
-    from date_engine.plan import resolve_plan
+    from date_engine.runplan import resolve_plan
     from date_engine.sweep.schemes import SCHEMES, scheme_spec
 
     with user_errors():
@@ -277,7 +277,7 @@ def scale_command(
         size, recipe_ref = parse_size(batch, "--batch"), recipe or spec.recipe
         found = _recipe_to_train(path, spec, recipe_ref, option=True)
         _check_launch(nproc, backend, rdzv_endpoint, master_port)
-        from date_engine.plan import resolve_plan
+        from date_engine.runplan import resolve_plan
         from date_engine.train.config import RunConfig
         from date_engine.train.launch import LaunchOptions, launch
         from date_engine.train.runtime import job_environment

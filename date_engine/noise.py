@@ -166,7 +166,7 @@ class NoiseScale:
     def observe(self, sample, split) -> NoiseEstimate | None:
         """Fold one step's ``sample`` (small |g|², big |g|² and, with pairs, ⟨g_t, g_t−1⟩, as
         the step's all-reduce returned them) in when the step saw more than one gradient of
-        ``split`` (a :class:`~date_engine.plan.BatchSplit`; a ramp stage may see one); the
+        ``split`` (a :class:`~date_engine.runplan.BatchSplit`; a ramp stage may see one); the
         smoothed estimate after it, None if the step measured nothing."""
         if sample is None:
             return None

@@ -21,9 +21,9 @@ and :meth:`Plan.lr` is the learning rate at optimizer step ``i`` (1-based), a cl
 Each derived number is recorded with its formula and inputs by the line that computes it
 (:class:`Derivation`), so what ``date plan`` shows cannot drift from what runs.
 
-:func:`resolve_plan` is the one place a run's plan and its :class:`BatchSplit` are decided: ``date
-plan``, ``date scale`` (dry runs included) and every ``date sweep`` cell call it. Invalid plans
-(docs/algorithm.md §2, "Plans that are refused") raise :class:`~date_engine.errors.PlanError`.
+:func:`~date_engine.runplan.resolve_plan` (runplan.py) calls it for every run, beside the batch's
+split. Invalid plans (docs/algorithm.md §2, "Plans that are refused") raise
+:class:`~date_engine.errors.PlanError`.
 """
 
 from __future__ import annotations
@@ -32,32 +32,25 @@ import math
 import numbers
 from dataclasses import asdict, dataclass, field, fields
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import Any, Literal
 
-from date_engine.catalog import OptimizerSettings, entry, step_path
+from date_engine.catalog import OptimizerSettings, entry
 from date_engine.errors import PlanError
 from date_engine.forecast import Forecast, NoiseCurve, forecast
-from date_engine.probe import Probe, baseline_identity
 from date_engine.ramp import Change, Rung, follow, ramp
 from date_engine.spec import MAX_STEPS, Spec
 
-if TYPE_CHECKING:  # recipes are passed in, never imported: the plan depends on no recipe
-    from date_engine.recipes import Recipe
-
 __all__ = [
-    "BatchSplit",
     "BatchStage",
     "Derivation",
     "OptimizerSettings",
     "Phase",
     "Plan",
-    "RunPlan",
     "derive_plan",
     "fmt",
-    "largest_divisor",
-    "resolve_plan",
-    "split_batch",
-    "stage_split",
+    "positive_int",
+    "require_spec",
+    "samples_per_epoch",
 ]
 
 
@@ -404,7 +397,7 @@ _HALF_LIFE = ("the running average of g² spans the same samples: k× fewer, k×
               "(Malladi et al. 2022; Marek et al. 2025)")
 
 
-def _a_spec(spec: Any, caller: str) -> None:
+def require_spec(spec: Any, caller: str) -> None:
     if not isinstance(spec, Spec):
         raise TypeError(f"{caller} takes a validated Spec, from load_spec(path) or "
                         f"parse_spec(mapping); got {type(spec).__name__}.")
@@ -425,10 +418,10 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
     (docs/algorithm.md §2); a batch it suggests instead is a multiple of ``multiple_of`` (the
     processes the batch is shared by), so that it is accepted.
     """
-    _a_spec(spec, "derive_plan")
+    require_spec(spec, "derive_plan")
     base, date = spec.baseline, spec.date
-    batch = _positive_int("--batch", batch)
-    n, source = _samples_per_epoch(spec, dataset_size, dataset_size_source)
+    batch = positive_int("--batch", batch)
+    n, source = samples_per_epoch(spec, dataset_size, dataset_size_source)
     if batch > n:
         raise PlanError(f"batch {batch} is larger than the data set ({n} samples, {source}); "
                         f"choose --batch {largest_batch(spec, n, multiple_of)} or less.")
@@ -641,7 +634,7 @@ def _baseline_steps(spec: Spec, n: int) -> int:
     return math.ceil(Fraction(repr(base.epochs)) * n / base.batch_size)
 
 
-def _samples_per_epoch(spec: Spec, dataset_size: int | None, source: str) -> tuple[int, str]:
+def samples_per_epoch(spec: Spec, dataset_size: int | None, source: str) -> tuple[int, str]:
     """n and where it came from: the spec's ``baseline.dataset_size``, else ``dataset_size``."""
     if spec.baseline.dataset_size is not None:
         n, source = spec.baseline.dataset_size, "baseline.dataset_size"
@@ -677,242 +670,6 @@ def _refuse_unsound(
             f"batch {batch}; lower it (the default is 1e-6)."
         )
 
-
-# ------------------------------------------------------------------------------ the batch split
-
-
-@dataclass(frozen=True)
-class BatchSplit:
-    """How a global batch is computed: micro_batch samples per pass, world_size processes,
-    accumulation_steps passes per optimizer step, exactly."""
-
-    micro_batch: int
-    """Samples per process per forward/backward pass."""
-    world_size: int
-    """Processes (data-parallel replicas)."""
-    accumulation_steps: int
-    """Micro-batches accumulated per optimizer step in each process."""
-
-    @property
-    def batch(self) -> int:
-        """The global batch: micro_batch × world_size × accumulation_steps."""
-        return self.micro_batch * self.world_size * self.accumulation_steps
-
-    @property
-    def samples_per_process(self) -> int:
-        """Samples each process reads per optimizer step."""
-        return self.micro_batch * self.accumulation_steps
-
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BatchSplit:
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
-
-
-def largest_divisor(n: int, at_most: int) -> int:
-    """The largest d ≤ ``at_most`` that divides ``n`` (1 when n or at_most is below 1): the
-    micro-batch that splits a share of ``n`` samples into whole passes of at most ``at_most``."""
-    return next((d for d in range(max(min(n, at_most), 1), 0, -1) if n % d == 0), 1)
-
-
-def split_batch(batch: int, world_size: int, micro_batch: int | None) -> BatchSplit:
-    """Split ``batch`` over ``world_size`` processes with ``micro_batch`` samples per pass (by
-    default a process's whole share): ``batch == micro × world × accumulation`` exactly, or a
-    :class:`PlanError` naming values that would work."""
-    world_size = _positive_int("--nproc (world size)", world_size)
-    if micro_batch is not None:
-        micro_batch = _positive_int("--micro-batch", micro_batch)
-    if batch % world_size:
-        sizes = [d for d in range(1, max(2 * world_size, 8) + 1) if batch % d == 0]
-        lower, upper = (batch // world_size) * world_size, -(-batch // world_size) * world_size
-        raise PlanError(
-            f"batch {batch} does not divide evenly over {world_size} processes; use a batch of "
-            f"{_either(lower, upper)}, or --nproc {_list(sizes)}."
-        )
-    per_process = batch // world_size
-    if micro_batch is None:
-        return BatchSplit(per_process, world_size, 1)
-    if micro_batch > per_process:
-        raise PlanError(
-            f"micro-batch {micro_batch} is larger than each process's share of the batch "
-            f"({batch} / {world_size} = {per_process}); use --micro-batch {per_process} or less."
-        )
-    if per_process % micro_batch:
-        below = largest_divisor(per_process, micro_batch)
-        above = min(d for d in _divisors(per_process) if d >= micro_batch)
-        options = sorted({below, above})
-        raise PlanError(
-            f"batch {batch} cannot be split as micro-batch {micro_batch} × {world_size} "
-            f"processes × whole accumulation steps ({per_process} per process is not a multiple "
-            f"of {micro_batch}); micro-batches that work: "
-            + ", ".join(f"{m} ({per_process // m} accumulation steps)" for m in options)
-            + "."
-        )
-    return BatchSplit(micro_batch, world_size, per_process // micro_batch)
-
-
-def stage_split(split: BatchSplit, batch: int, gradients: int = 1) -> BatchSplit:
-    """The split of a ramp stage's global ``batch`` in a run split as ``split``: the same
-    processes, and micro-batches no larger than the run's (the largest divisor of each process's
-    share not above it), the rest accumulation; with at least ``gradients`` micro-batch gradients
-    per step (processes × accumulation) where the share allows it."""
-    share = batch // split.world_size
-    most = min(split.micro_batch, max(1, batch // gradients))  # world · share/micro ≥ gradients
-    micro = largest_divisor(share, most)
-    return BatchSplit(micro, split.world_size, share // micro)
-
-
-# ------------------------------------------------------------------------------ the one resolver
-
-# A dry run keeps the plan and replaces its batch split: 2 samples per pass, 2 passes per step,
-# 2 optimizer steps.
-DRY_RUN_MICRO_BATCH, DRY_RUN_ACCUMULATION, DRY_RUN_STEPS = 2, 2, 2
-
-
-class RunPlan(NamedTuple):
-    """What a run trains with: the plan, and beside it the split of its global batch.
-
-    A dry run replaces the split (tiny micro-batches), never the plan."""
-
-    plan: Plan
-    split: BatchSplit
-
-    dry_steps = None
-    """A dry run's length (:meth:`dry_run`): that many steps of ``split`` under the same plan."""
-
-    def dry_run(self, world_size: int) -> RunPlan:
-        """The dry run of this plan: the plan unchanged, DRY_RUN_STEPS optimizer steps of
-        DRY_RUN_MICRO_BATCH samples × ``world_size`` processes × DRY_RUN_ACCUMULATION passes."""
-        return _DryRun(self.plan, BatchSplit(DRY_RUN_MICRO_BATCH, world_size,
-                                             DRY_RUN_ACCUMULATION))
-
-    @property
-    def last_step(self) -> int:
-        """The run's last optimizer step (a measured ramp's moves change it)."""
-        return self.plan.total_iterations if self.dry_steps is None else self.dry_steps
-
-    @property
-    def follows_noise(self) -> bool:
-        """A measured batch ramp: the run moves up as its own noise scale says (a dry run
-        steps with its one split)."""
-        return bool(self.plan.ramp) and self.plan.ramp_mode == "measured" \
-            and self.dry_steps is None
-
-    def split_at(self, step: int) -> BatchSplit:
-        """The split of optimizer step ``step``'s batch: ``split``, or its ramp stage's."""
-        stage = self.plan.stage_at(step)
-        if self.dry_steps is not None or stage is None or stage.batch == self.split.batch:
-            return self.split
-        measured = self.plan.ramp_mode == "measured"  # its stages measure the noise scale
-        return stage_split(self.split, stage.batch, 2 if measured else 1)
-
-    def stage_starting(self, step: int) -> BatchStage | None:
-        """The ramp stage whose batch optimizer step ``step`` is the first of (none at step 1,
-        in a dry run, or without a ramp)."""
-        stage = self.plan.stage_at(step)
-        if self.dry_steps is None and stage is not None and step == stage.first_step > 1:
-            return stage
-        return None
-
-    def samples_through(self, step: int) -> int:
-        """Global samples trained on by the end of optimizer step ``step``."""
-        if self.dry_steps is not None:
-            return step * self.split.batch
-        return int(self.plan.samples_through(step))
-
-    def steps_within(self, samples: int) -> int:
-        """The most optimizer steps of this plan that train on no more than ``samples``."""
-        low, high = 0, self.plan.total_iterations
-        while low < high:
-            mid = (low + high + 1) // 2
-            low, high = (mid, high) if self.samples_through(mid) <= samples else (low, mid - 1)
-        return low
-
-    def stream(self, start: int, stop_at: int) -> list[tuple[int, int]]:
-        """(micro-batch, how many) a process reads, in order, for steps start+1 .. stop_at: one
-        entry, or one per batch ramp stage those steps touch."""
-        if self.dry_steps is not None:
-            return [(self.split.micro_batch, (stop_at - start) * self.split.accumulation_steps)]
-        sizes, step = [], start + 1
-        while step <= stop_at:
-            split, stage = self.split_at(step), self.plan.stage_at(step)
-            last = min(stop_at, stage.last_step) if stage is not None else stop_at
-            sizes.append((split.micro_batch, (last - step + 1) * split.accumulation_steps))
-            step = last + 1
-        return sizes
-
-    def to_dict(self) -> dict[str, Any]:
-        """The run's plan as one JSON object: what ``date plan --json`` prints and ``plan.json``
-        holds (with a ramp, each stage's split as ``stage_splits``)."""
-        data = {**self.plan.to_dict(), **self.split.to_dict()}
-        if self.plan.ramp:
-            whole = RunPlan(self.plan, self.split)  # a dry run's record: the stages' own splits
-            data["stage_splits"] = [whole.split_at(st.first_step).to_dict()
-                                    for st in self.plan.ramp]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunPlan:
-        return cls(Plan.from_dict(data), BatchSplit.from_dict(data))
-
-    def document(self) -> dict[str, Any]:
-        """What ``date plan --json`` and ``date scale --json`` print: :meth:`to_dict` and, as
-        ``step``, how the optimizer step runs (the catalog's word, not a derived number)."""
-        opt = self.plan.optimizer
-        path, how = step_path(opt.name, opt.options, opt.layer_ratio["mode"])
-        return {**self.to_dict(), "step": {"path": path, "how": how}}
-
-
-class _DryRun(RunPlan):
-    """A plan stepped as a dry run: its tiny split at every step, for DRY_RUN_STEPS steps."""
-
-    __slots__ = ()
-    dry_steps = DRY_RUN_STEPS
-
-
-def resolve_plan(
-    spec: Spec,
-    batch: int,
-    world_size: int = 1,
-    micro_batch: int | None = None,
-    recipe: Recipe | None = None,
-    dataset_size: int | None = None,
-    ramp_changes: tuple[Change, ...] = (),
-    noise_curve: NoiseCurve | None = None,
-) -> RunPlan:
-    """The plan and batch split a run of ``spec`` at global ``batch`` trains with.
-
-    n is ``baseline.dataset_size``, else the recipe's, else ``dataset_size`` (the training data's
-    length, known once a process has loaded it). With ``date.probe`` the probe.json it names is
-    read, checked to be of this baseline, and its noise curve forecasts. The micro-batch is
-    ``micro_batch`` (the command line), else ``train.micro_batch``, else the recipe's default
-    fitted to each process's share (the largest divisor of it not above the default), else the
-    whole share. ``ramp_changes``: the moves up a measured batch ramp the run made;
-    ``noise_curve``: the probe's curve the run's plan already holds (a move re-derives the plan
-    from it and reads no file).
-    """
-    _a_spec(spec, "resolve_plan")
-    batch = _positive_int("--batch", batch)
-    if recipe is not None and recipe.dataset_size is not None:
-        n, source = recipe.dataset_size, f"recipe {recipe.name}"
-    else:
-        n, source = dataset_size, "the training data"
-    world_size = _positive_int("--nproc (world size)", world_size)
-    curve = noise_curve
-    if curve is None and spec.date.probe is not None:
-        samples, _ = _samples_per_epoch(spec, n, source)
-        curve = Probe.read(spec.date.probe).matching(baseline_identity(spec, samples)).curve
-    plan = derive_plan(spec, batch, dataset_size=n, dataset_size_source=source,
-                       multiple_of=world_size, noise_curve=curve, ramp_changes=ramp_changes)
-    micro = micro_batch if micro_batch is not None else spec.train.micro_batch
-    if micro is None and recipe is not None and batch % world_size == 0:
-        share = batch // world_size
-        micro = largest_divisor(share, recipe.default_micro_batch)
-    return RunPlan(plan, split_batch(batch, world_size, micro))
-
-
 def _warmup_too_long(batch, k, w0, w, total, max_batch) -> str:
     if w0 >= total:  # the baseline itself never finishes warming up
         return (
@@ -928,25 +685,8 @@ def _warmup_too_long(batch, k, w0, w, total, max_batch) -> str:
     )
 
 
-def _positive_int(name: str, value: Any) -> int:
+def positive_int(name: str, value: Any) -> int:
     """``value`` as an int (numpy integers welcome), or a PlanError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise PlanError(f"{name} must be a positive whole number, got {value!r}.")
     return int(value)
-
-
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
-def _either(a: int, b: int) -> str:
-    return str(a) if a == b else (str(b) if a == 0 else f"{a} or {b}")
-
-
-def _list(values: list[int]) -> str:
-    return (
-        ", ".join(map(str, values[:-1])) + f" or {values[-1]}"
-        if len(values) > 1
-        else str(values[0])
-    )

@@ -39,7 +39,7 @@ import yaml
 
 from date_engine.errors import DateError
 from date_engine.noise import NoiseEstimate
-from date_engine.plan import RunPlan
+from date_engine.runplan import RunPlan
 
 __all__ = ["MetricsLog", "RunFolder", "RunLock", "RunSummary", "default_run_folder", "eval_record",
            "train_record"]

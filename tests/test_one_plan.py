@@ -106,7 +106,7 @@ def test_the_batch_split_is_the_recipes_fitted_default():
 def test_one_largest_divisor_rule_for_every_split():
     """The micro-batch rule the plan, the ramp's stages and the probe share: the largest divisor
     of a share not above a cap, checked against every candidate."""
-    from date_engine.plan import largest_divisor
+    from date_engine.runplan import largest_divisor
 
     for n in range(0, 130):
         for cap in range(0, 140):

@@ -9,8 +9,9 @@ import pytest
 
 from date_engine.errors import DateError, PlanError
 from date_engine.forecast import NoiseCurve, epochs_factor, forecast, holding_batch
-from date_engine.plan import RunPlan, derive_plan
+from date_engine.plan import derive_plan
 from date_engine.probe import PROBE_FORMAT, NoisePoint, Probe, probe_points
+from date_engine.runplan import RunPlan
 from date_engine.spec import parse_spec
 from tests.runs import SHORT, SPEC, date
 

@@ -15,9 +15,10 @@ import torch
 from date_engine.errors import PlanError
 from date_engine.forecast import NoiseCurve
 from date_engine.noise import NoiseScale
-from date_engine.plan import BatchSplit, RunPlan, derive_plan, split_batch, stage_split
+from date_engine.plan import derive_plan
 from date_engine.probe import NoisePoint, Probe, baseline_identity
 from date_engine.ramp import Change, climb, follow, ladder, move, ramp
+from date_engine.runplan import BatchSplit, RunPlan, split_batch, stage_split
 from date_engine.spec import parse_spec
 from date_engine.train.sampling import MicroBatchSampler
 from tests.runs import SHORT, SPEC, date, final_model, metrics
@@ -249,8 +250,8 @@ def test_a_move_rederives_the_plan_from_the_curve_it_holds(tmp_path):
     """What the trainer does at a measured ramp's move: resolve_plan with the moves and the
     curve its plan holds, reading no probe.json (one moved away during a long run broke the
     first move), to the same plan as derive_plan's; the follower climbs the same ladder."""
-    from date_engine.plan import resolve_plan
     from date_engine.ramp import Follower
+    from date_engine.runplan import resolve_plan
 
     spec = _spec(probe=str(tmp_path / "gone" / "probe.json"))  # no such file
     changes = (Change(60, 1024, 1100.0),)

@@ -9,8 +9,8 @@ import pytest
 
 from date_engine.catalog import CATALOG
 from date_engine.errors import DateError
-from date_engine.plan import resolve_plan
 from date_engine.runfolder import RunFolder, RunSummary
+from date_engine.runplan import resolve_plan
 from date_engine.spec import parse_spec
 from date_engine.sweep import (
     SCHEMES,

@@ -158,7 +158,7 @@ def _settings_of(root: Path) -> dict[str, Any]:
 def sweep_forecast(spec: Spec, batches: list[int], nproc: int, recipe: Recipe) -> dict:
     """The probe's forecast (``spec.date.probe``) for each batch of the sweep, from the same plans
     ``date plan --probe`` prints (the cells themselves train without it), for its report."""
-    from date_engine.plan import resolve_plan
+    from date_engine.runplan import resolve_plan
 
     rows = []
     for batch in batches:

@@ -13,8 +13,8 @@ from typing import Any
 
 from date_engine.checks import parse_size
 from date_engine.errors import DateError, PlanError
-from date_engine.plan import RunPlan, resolve_plan
 from date_engine.recipes import Recipe
+from date_engine.runplan import RunPlan, resolve_plan
 from date_engine.spec import DateSpec, Spec, parse_spec
 from date_engine.sweep.schemes import BASELINE, BUDGETS, Scheme, baseline, budget_label
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from date_engine.errors import DateError
-from date_engine.plan import largest_divisor, resolve_plan
 from date_engine.probe import DEFAULT_POINTS, DEFAULT_SHARE, Probe, baseline_identity, probe_points
 from date_engine.runfolder import RunFolder
+from date_engine.runplan import largest_divisor, resolve_plan
 from date_engine.train.config import RunConfig
 from date_engine.train.launch import LaunchOptions, launch
 

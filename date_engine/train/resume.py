@@ -19,10 +19,10 @@ import torch
 from rich.console import Console
 
 from date_engine.errors import DateError
-from date_engine.plan import RunPlan
 from date_engine.ramp import Change
 from date_engine.recipes import Recipe
 from date_engine.runfolder import RunFolder, RunSummary
+from date_engine.runplan import RunPlan
 from date_engine.train import checkpoint as ckpt
 from date_engine.view.console import note_line
 

@@ -81,7 +81,7 @@ class MicroBatchSampler(Sampler[list[int]]):
 def loader(data, planned, rank: int, seed: int, start: int, stop_at: int, num_workers: int,
            pin_memory: bool, worker_seed: int):
     """This process's micro-batches of ``data.train`` for steps start+1 .. stop_at of the run
-    stepping as ``planned`` (a :class:`~date_engine.plan.RunPlan`), resumable at any step (a
+    stepping as ``planned`` (a :class:`~date_engine.runplan.RunPlan`), resumable at any step (a
     ramp's stages one after the other); ``worker_seed`` seeds the loader's workers."""
     import torch
 

@@ -1,7 +1,7 @@
 """The training loop of ``date scale``: one :class:`Trainer` per process, identical on every
 process.
 
-set up   the recipe's data → the plan and batch split (:func:`~date_engine.plan.resolve_plan`,
+set up   the recipe's data → the plan and batch split (:func:`~date_engine.runplan.resolve_plan`,
          the one ``date plan`` shows; a dry run steps it with :meth:`RunPlan.dry_run`) → the
          model, the optimizer the plan names, the loss scaler → the newest checkpoint, when
          resuming (:mod:`~date_engine.train.resume`) → DDP
@@ -11,7 +11,7 @@ loop     per optimizer step i: lr(i); the micro-batches forward and backward; on
 finish   a checkpoint, the final evaluation, summary.json
 
 Every question about a step — its LR, its split, the samples through it, the last step — is the
-:class:`~date_engine.plan.RunPlan`'s.
+:class:`~date_engine.runplan.RunPlan`'s.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from date_engine.checks import check_dataset_size
 from date_engine.errors import DateError
 from date_engine.noise import NoiseScale
 from date_engine.optim.build import build_optimizer
-from date_engine.plan import RunPlan, resolve_plan
 from date_engine.ramp import Change, Follower
 from date_engine.recipes import DataOptions, RecipeData, get_recipe
 from date_engine.runfolder import RunFolder, RunLock, RunSummary
+from date_engine.runplan import RunPlan, resolve_plan
 from date_engine.schedule import set_lr
 from date_engine.spec import parse_spec
 from date_engine.train import checkpoint as ckpt

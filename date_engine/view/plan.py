@@ -11,7 +11,8 @@ from rich.text import Text
 
 from date_engine.catalog import step_path
 from date_engine.forecast import HELD_OUT_MISS
-from date_engine.plan import BatchSplit, Plan, RunPlan, fmt
+from date_engine.plan import Plan, fmt
+from date_engine.runplan import BatchSplit, RunPlan
 from date_engine.view.chart import Series, line_chart
 
 __all__ = ["describe_optimizer", "describe_split", "render_comparison", "render_plan",

@@ -10,8 +10,9 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from date_engine.plan import BatchSplit, Plan, RunPlan
+from date_engine.plan import Plan
 from date_engine.runfolder import RunSummary
+from date_engine.runplan import BatchSplit, RunPlan
 from date_engine.view.console import note_line
 
 __all__ = ["ProgressView", "end_notes", "render_summary", "run_notes"]
