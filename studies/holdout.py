@@ -9,7 +9,7 @@ and the left-out study's B_hold under that f is compared with what its sweep mea
 f is linear in the batch, f(B) = 1 + (B − B0)·M with M the mean of 1/(B_noise(e) + B0) over the
 baseline's epochs (date_engine.forecast.holding_batch), so B_hold for any f needs one integral per
 probe. Inputs are the files the studies left in docs/results: each study's probe.json (one per
-probe seed) and the results.json of its same-epochs sweep of the default rule.
+probe seed) and the results.json of its same-epochs sweeps of the default rule.
 
     python -m studies.holdout        # the table docs/noise.md carries (a test compares them)
 """
@@ -27,15 +27,28 @@ from date_engine.probe import Probe
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
 
+WHAT = {
+    "lenet-mnist": "MNIST, LeNet-5, RMSprop",
+    "lstm-mnist": "MNIST rows, LSTM, momentum",
+    "lstm-mnist-adam": "MNIST rows, LSTM, Adam",
+    "vit-mnist": "MNIST, ViT, AdamW",
+    "bert-mlm": "Shakespeare text, BERT (MLM), AdamW",
+}
+"""Each study's data set, model and optimizer, for the tables."""
+
+
 @dataclass(frozen=True)
 class Study:
     name: str
-    what: str
-    """Data set, model and optimizer, for the table."""
     probes: tuple[str, ...]
     """probe.json folders under docs/results (one per probe seed)."""
-    sweep: str
-    """The sweep (under docs/results/sweeps) whose ``date`` cells trained the baseline's epochs."""
+    sweeps: tuple[str, ...]
+    """The sweeps (under docs/results/sweeps) whose ``date`` cells trained the baseline's epochs."""
+
+    @property
+    def what(self) -> str:
+        """Data set, model and optimizer, for the table."""
+        return WHAT[self.name]
 
     @cached_property
     def curves(self) -> list[Probe]:
@@ -44,9 +57,12 @@ class Study:
     @cached_property
     def verdicts(self) -> dict[int, bool]:
         """Batch -> whether the default rule held accuracy there in the baseline's epochs."""
-        summary = json.loads((RESULTS / "sweeps" / self.sweep / "results.json").read_text())
-        return {g["batch"]: g["holds"] for g in summary["summary"]["groups"]
-                if g["scheme"] == "date" and g["holds"] is not None}
+        verdicts = {}
+        for sweep in self.sweeps:
+            summary = json.loads((RESULTS / "sweeps" / sweep / "results.json").read_text())
+            verdicts.update({g["batch"]: g["holds"] for g in summary["summary"]["groups"]
+                             if g["scheme"] == "date" and g["holds"] is not None})
+        return verdicts
 
     @cached_property
     def slopes(self) -> list[float]:
@@ -79,13 +95,13 @@ class Study:
 
 
 STUDIES = (
-    Study("lenet-mnist", "MNIST, LeNet-5, RMSprop",
-          tuple(f"probes-pairs/lenet-mnist-seed{s}" for s in range(3)), "lenet-mnist-rules"),
-    Study("lstm-mnist", "MNIST rows, LSTM, momentum",
-          tuple(f"probes-pairs/lstm-mnist-seed{s}" for s in range(3)), "lstm-mnist-momentum"),
-    Study("lstm-mnist-adam", "MNIST rows, LSTM, Adam",
-          tuple(f"probes-pairs/lstm-mnist-adam-seed{s}" for s in range(3)), "lstm-mnist-adam"),
-    Study("vit-mnist", "MNIST, ViT, AdamW", ("probes/vit-mnist",), "vit-mnist-rules"),
+    Study("lenet-mnist", tuple(f"probes-pairs/lenet-mnist-seed{s}" for s in range(3)),
+          ("lenet-mnist-rules",)),
+    Study("lstm-mnist", tuple(f"probes-pairs/lstm-mnist-seed{s}" for s in range(3)),
+          ("lstm-mnist-momentum",)),
+    Study("lstm-mnist-adam", tuple(f"probes-pairs/lstm-mnist-adam-seed{s}" for s in range(3)),
+          ("lstm-mnist-adam",)),
+    Study("vit-mnist", ("probes/vit-mnist",), ("vit-mnist-rules",)),
 )
 """Every study with a probe and a same-epochs sweep of the default rule, in the order they were
 run (the first three chose 4/3)."""
@@ -194,15 +210,6 @@ class Budget:
     def k(self) -> int:
         return self.batch // self.summary["baseline"]["results"][0]["batch"]
 
-
-WHAT = {
-    "lenet-mnist": "MNIST, LeNet-5, RMSprop",
-    "lstm-mnist": "MNIST rows, LSTM, momentum",
-    "lstm-mnist-adam": "MNIST rows, LSTM, Adam",
-    "vit-mnist": "MNIST, ViT, AdamW",
-    "bert-mlm": "Shakespeare text, BERT (MLM), AdamW",
-}
-"""Each study's data set, model and optimizer, for the tables."""
 
 BUDGETS = tuple(Budget(study, WHAT[study], *cells) for study, *cells in (
     ("lenet-mnist", "lenet-mnist-rules", "date", 2048),
