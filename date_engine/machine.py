@@ -14,6 +14,8 @@ from pathlib import Path
 
 __all__ = ["describe", "threads_per_process"]
 
+CPUINFO = Path("/proc/cpuinfo")
+"""Linux's description of each logical CPU (model name, family, model, flags)."""
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 """One folder per GPU the NVIDIA driver sees, each with an ``information`` file ("Model: ...")."""
 
@@ -24,16 +26,28 @@ def threads_per_process(processes: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, processes))
 
 
-def describe(gpus: Path = NVIDIA_GPUS) -> str:
-    """The machine in words, for a report: 'AMD EPYC 7B13, 2 logical CPUs, Linux, torch 2.13.0'."""
+def describe(gpus: Path = NVIDIA_GPUS, cpuinfo: Path = CPUINFO) -> str:
+    """The machine in words, for a report: 'AMD EPYC 7B13 (family 25 model 1, AVX2), 2 logical
+    CPUs, Linux, torch 2.13.0'. The CPU's family, model and widest vector instructions are named
+    because two CPUs sold under one name can run torch's kernels with other instructions, and a
+    float rounded otherwise can change where a run goes (a plateau left or not)."""
     cpu = platform.processor() or platform.machine()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        first = cpuinfo.read_text().split("\n\n", 1)[0]
     except OSError:
-        pass
+        first = ""
+    fields = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    cpu = fields.get("model name", cpu)
+    detail = []
+    if "cpu family" in fields and "model" in fields:
+        detail.append(f"family {fields['cpu family']} model {fields['model']}")
+    flags = set(fields.get("flags", "").split())
+    widest = next((name for flag, name in _VECTOR_UNITS if flag in flags), None)
+    if widest:
+        detail.append(widest)
+    if detail:
+        cpu += f" ({', '.join(detail)})"
     try:
         torch_version = version("torch")
     except PackageNotFoundError:
@@ -41,6 +55,11 @@ def describe(gpus: Path = NVIDIA_GPUS) -> str:
     models = _gpu_models(gpus)
     gpu = f", {len(models)} × {models[0]}" if models else ""
     return f"{cpu}, {os.cpu_count()} logical CPUs{gpu}, {platform.system()}, torch {torch_version}"
+
+
+_VECTOR_UNITS = (("amx_tile", "AMX"), ("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"),
+                 ("asimd", "NEON"))
+"""/proc/cpuinfo flags, widest first, and the name a report gives them."""
 
 
 def _gpu_models(gpus: Path) -> list[str]:

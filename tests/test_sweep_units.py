@@ -340,6 +340,21 @@ def test_the_machine_line_names_the_drivers_gpus(tmp_path):
     assert " × " not in describe(tmp_path / "absent")
 
 
+def test_the_machine_line_names_the_cpus_family_and_vector_unit(tmp_path):
+    """Two CPUs sold as "AMD EPYC" ran one bert-mlm baseline to different places; the line tells
+    them apart by family, model and the widest vector instructions torch can use."""
+    from date_engine.machine import describe
+
+    entry = ("processor\t: {n}\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n"
+             "model name\t: AMD EPYC\nflags\t\t: fpu sse2 {flags}\n")
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("\n".join(entry.format(n=n, flags="avx avx2 fma") for n in range(2)))
+    assert describe(tmp_path / "none", cpuinfo).startswith("AMD EPYC (family 25 model 1, AVX2), ")
+    cpuinfo.write_text(entry.format(n=0, flags="avx avx2 avx512f"))
+    assert describe(tmp_path / "none", cpuinfo).startswith("AMD EPYC (family 25 model 1, AVX-512)")
+    assert "logical CPUs" in describe(tmp_path / "none", tmp_path / "absent")
+
+
 def test_the_live_table_and_the_plain_lines_follow_the_cells():
     """On a terminal a table of every cell (its steps out of its plan's); elsewhere one line per
     cell as it ends, said once."""
