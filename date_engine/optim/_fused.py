@@ -32,6 +32,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from date_engine.optim._tensors import is_sharded
+
 __all__ = ["FUSED_DTYPES", "FusedBase", "Kernel", "fused_base", "host_kernels", "kernel_exact",
            "lamb_direction_", "lars_step_", "norm"]
 
@@ -57,6 +59,8 @@ def host_kernels(tensors: Sequence[Tensor], kernel: Kernel) -> bool:
         return False
     for t in tensors:
         g = t.grad
+        if is_sharded(t):  # a DTensor: its shard is stepped by the multi-tensor path
+            return False
         if t.device.type != "cpu" or t.dtype not in FUSED_DTYPES or not t.is_contiguous():
             return False
         if g is not None and (g.is_sparse or g.dtype != t.dtype or not g.is_contiguous()):

@@ -7,14 +7,15 @@ nowhere else.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-__all__ = ["LayerwiseOptimizer", "decay_add_", "group_by_device_and_dtype", "like", "norms",
-           "scalars"]
+__all__ = ["LayerwiseOptimizer", "decay_add_", "group_by_device_and_dtype", "is_sharded", "like",
+           "local", "norms", "scalars", "sharded_norms"]
 
 
 def group_by_device_and_dtype(tensors: Sequence[Tensor]) -> dict[tuple, list[int]]:
@@ -45,6 +46,76 @@ def norms(tensors: Sequence[Tensor]) -> Tensor:
             ]
         ).sqrt()
     return torch.stack(torch._foreach_norm(list(tensors)))
+
+
+def is_sharded(t: Tensor) -> bool:
+    """Whether ``t`` is a DTensor (a parameter or gradient of a model sharded with FSDP2's
+    ``fully_shard``): each process holds a shard, and no process the whole layer."""
+    return isinstance(t, _dtensor_class())
+
+
+@functools.cache
+def _dtensor_class() -> type:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch built without distributed: nothing is sharded
+        return type(None)
+    return DTensor
+
+
+def local(t: Tensor) -> Tensor:
+    """The part of ``t`` this process holds: a DTensor's local shard (the same storage: writing
+    it writes the DTensor), else ``t``."""
+    return t.to_local() if is_sharded(t) else t
+
+
+def sharded_norms(*lists: Sequence[Tensor]) -> list[Tensor]:
+    """The whole-tensor L2 norms of DTensors from the shards each process holds: every tensor's
+    local sum of squares, the lists stacked into one vector, one all-reduce (sum) for all of them
+    (apex's DistributedFusedLAMB's pattern), then the square roots, one 1-D tensor per list.
+
+    Every tensor lies on one device mesh of one dimension, sharded (``Shard``: the shards' sums
+    add up to the whole) or replicated (``Replicate``: each process holds the whole, so its sum
+    enters divided by the mesh's size). A gradient still ``Partial`` (not yet reduced) is refused.
+    """
+    from torch.distributed.tensor import Replicate, Shard
+
+    flat = [t for ts in lists for t in ts]
+    if not flat:
+        return [torch.empty(0) for _ in lists]
+    mesh = flat[0].device_mesh
+    if mesh.ndim != 1:
+        raise ValueError("DATE, LARS and LAMB take the per-layer norms of parameters sharded on a "
+                         f"one-dimensional device mesh; this one has {mesh.ndim} dimensions.")
+    local = [t.to_local() for t in flat]
+    squares = torch.cat([norms(run).to(torch.float64).square() for run in _same_kind(local)])
+    for i, t in enumerate(flat):
+        if t.device_mesh != mesh:
+            raise ValueError("the parameters of one optimizer lie on different device meshes; "
+                             "shard the whole model over one mesh.")
+        placement = t.placements[0]
+        if isinstance(placement, Replicate):
+            squares[i] /= mesh.size()
+        elif not isinstance(placement, Shard):
+            raise ValueError(f"a {placement} tensor has no norm yet: step the optimizer after "
+                             "the gradients are reduced (FSDP2 does so in backward).")
+    torch.distributed.all_reduce(squares, group=mesh.get_group())
+    out, start = [], 0
+    for ts in lists:
+        out.append(squares[start:start + len(ts)].sqrt())
+        start += len(ts)
+    return out
+
+
+def _same_kind(tensors: list[Tensor]) -> list[list[Tensor]]:
+    """``tensors`` cut into runs of one device and dtype, in order (what :func:`norms` takes)."""
+    runs: list[list[Tensor]] = []
+    for t in tensors:
+        if runs and (runs[-1][0].device, runs[-1][0].dtype) == (t.device, t.dtype):
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    return runs
 
 
 def scalars(values: Tensor) -> list[Tensor]:

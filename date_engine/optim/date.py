@@ -41,9 +41,12 @@ from date_engine.optim._fused import FusedBase, fused_base, host_kernels
 from date_engine.optim._tensors import (
     decay_add_,
     group_by_device_and_dtype,
+    is_sharded,
     like,
+    local,
     norms,
     scalars,
+    sharded_norms,
 )
 from date_engine.optim.ratios import DEFAULTS, Mode, RatioRule, layer_ratios
 
@@ -258,6 +261,9 @@ class DATE(Optimizer):
             return torch.empty(0)
         home = adapted[0].device
         acc = torch.float64 if any(p.dtype == torch.float64 for p in adapted) else torch.float32
+        if is_sharded(adapted[0]):  # FSDP2: each process holds shards; one all-reduce for all
+            w, g = sharded_norms(adapted, [p.grad for p in adapted])
+            return layer_ratios(w.to(home, acc), g.to(home, acc), self.rule)
         if self.foreach:
             w = torch.cat([norms(adapted[s]).to(home, acc) for s in spans])
             g = torch.cat([norms([p.grad for p in adapted[s]]).to(home, acc) for s in spans])
@@ -287,21 +293,22 @@ class DATE(Optimizer):
     def _step_scaling_update(
         self, adapted: list[Tensor], spans: list[slice], ratios: Tensor
     ) -> None:
-        before = [self._buffer(p) for p in adapted]
+        shards = [local(p) for p in adapted]  # a DTensor's own shard; elementwise from here
+        before = [self._buffer(p) for p in shards]
         if self.foreach:
             for s in spans:
-                torch._foreach_copy_(before[s], adapted[s])
+                torch._foreach_copy_(before[s], shards[s])
         else:
-            for b, p in zip(before, adapted):
+            for b, p in zip(before, shards):
                 b.copy_(p)
         self.base.step()
         # w = w_before + r·(w_after − w_before) = lerp(w_after, w_before, 1 − r)
         keep = 1 - ratios
         if self.foreach:
             for s in spans:
-                torch._foreach_lerp_(adapted[s], before[s], scalars(like(keep[s], adapted[s][0])))
+                torch._foreach_lerp_(shards[s], before[s], scalars(like(keep[s], shards[s][0])))
         else:
-            for p, b, k in zip(adapted, before, keep.unbind(0)):
+            for p, b, k in zip(shards, before, keep.unbind(0)):
                 p.lerp_(b, like(k, p))
 
     def _buffer(self, p: Tensor) -> Tensor:
@@ -333,12 +340,35 @@ class DATE(Optimizer):
                 ps = ordered[s]
                 one = ratios.new_ones(()) if len(ratios) else torch.ones((), device=ps[0].device)
                 r = torch.stack([per_layer[position[p]] if p in position else one for p in ps])
-                _sgd_update(ps, like(r, ps[0]), self.state, group, self.foreach)
+                _sgd_update(_Shards(ps, self.state), like(r, local(ps[0])), group, self.foreach)
 
 
-def _sgd_update(
-    params: list[Tensor], r: Tensor, state, group: dict[str, Any], foreach: bool
-) -> None:
+class _Shards:
+    """The tensors SGD's update reads and writes, for ``params``: the parameters, their
+    gradients and momentum buffers as plain tensors — a DTensor's local shard (the update is
+    elementwise, so each process steps its shard), else the tensor itself. A new buffer is kept
+    in the optimizer's state as the parameter is (a DTensor for a DTensor, so a sharded
+    checkpoint holds it)."""
+
+    def __init__(self, params: list[Tensor], state) -> None:
+        self.owners, self.state = params, state
+        self.params = [local(p) for p in params]
+        self.grads = [local(p.grad) for p in params]
+        self.bufs = [None if b is None else local(b)
+                     for b in (state[p].get("momentum_buffer") for p in params)]
+
+    def new_buffer(self, i: int, value: Tensor) -> Tensor:
+        """Keep ``value`` (the first step's d) as parameter i's momentum buffer."""
+        p = self.owners[i]
+        if is_sharded(p):
+            buf = self.state[p]["momentum_buffer"] = torch.zeros_like(p)
+            self.bufs[i] = local(buf).copy_(value)
+        else:
+            self.bufs[i] = self.state[p]["momentum_buffer"] = value.detach().clone()
+        return self.bufs[i]
+
+
+def _sgd_update(shards: _Shards, r: Tensor, group: dict[str, Any], foreach: bool) -> None:
     """torch.optim.SGD's update (same buffers, same state) with each layer's step at lr·r_l.
 
     With d = r·(g + λw):  buf = μ·buf + (1 − τ)·d  (buf = d on the first step),
@@ -346,7 +376,7 @@ def _sgd_update(
     """
     lr, mu, tau = float(group["lr"]), group["momentum"], group["dampening"]
     wd, nesterov, maximize = group["weight_decay"], group["nesterov"], group["maximize"]
-    grads = [p.grad for p in params]
+    params, grads, bufs = shards.params, shards.grads, shards.bufs
     if foreach:
         if maximize:
             grads = torch._foreach_neg(grads)
@@ -355,13 +385,12 @@ def _sgd_update(
         if mu == 0:
             torch._foreach_addcmul_(params, grads, scalars(-lr * r))
             return
-        bufs = [state[p].get("momentum_buffer") for p in params]
         if all(b is not None for b in bufs):
             decay_add_(bufs, grads, mu, (1 - tau) * r)
         else:
-            for i, (p, g, rr) in enumerate(zip(params, grads, r.unbind(0))):
+            for i, (g, rr) in enumerate(zip(grads, r.unbind(0))):
                 if bufs[i] is None:
-                    bufs[i] = state[p]["momentum_buffer"] = (g * rr).detach()
+                    shards.new_buffer(i, g * rr)
                 else:
                     bufs[i].mul_(mu).add_(g * ((1 - tau) * rr))
         if nesterov:  # w -= lr·(d + μ·buf), d formed first as torch does: one rounding of w
@@ -371,15 +400,15 @@ def _sgd_update(
         else:
             torch._foreach_add_(params, bufs, alpha=-lr)
         return
-    for p, g, rr in zip(params, grads, r.unbind(0)):
+    for i, (p, g, rr) in enumerate(zip(params, grads, r.unbind(0))):
         d = -g if maximize else g
         if wd != 0:
             d = d.add(p, alpha=wd)
         d = d * rr
         if mu != 0:
-            buf = state[p].get("momentum_buffer")
+            buf = bufs[i]
             if buf is None:
-                buf = state[p]["momentum_buffer"] = d.detach().clone()
+                buf = shards.new_buffer(i, d)
             else:
                 buf.mul_(mu).add_(d, alpha=1 - tau)
             d = d.add(buf, alpha=mu) if nesterov else buf

@@ -27,7 +27,15 @@ import torch
 from torch import Tensor
 
 from date_engine.optim._fused import host_kernels, lamb_direction_, norm
-from date_engine.optim._tensors import LayerwiseOptimizer, like, norms, scalars
+from date_engine.optim._tensors import (
+    LayerwiseOptimizer,
+    is_sharded,
+    like,
+    local,
+    norms,
+    scalars,
+    sharded_norms,
+)
 from date_engine.optim.ratios import trust_ratio, trust_ratio_value
 
 __all__ = ["LAMB"]
@@ -104,11 +112,13 @@ class LAMB(LayerwiseOptimizer):
             group["weight_decay"],
             group["lr"],
         )
-        m = [self.state[p]["exp_avg"] for p in params]
-        v = [self.state[p]["exp_avg_sq"] for p in params]
-        u = [self._buffer(p) for p in params]  # reused, so no step allocates 4 bytes a value
-        grads = [_real(p.grad) for p in params]
-        params = [_real(p) for p in params]
+        owners, buffers = params, [self._buffer(p) for p in params]  # reused: no allocation
+        # a DTensor's shard (FSDP2), else the tensor: the passes below are elementwise
+        m = [local(self.state[p]["exp_avg"]) for p in params]
+        v = [local(self.state[p]["exp_avg_sq"]) for p in params]
+        u = [local(b) for b in buffers]
+        grads = [_real(local(p.grad)) for p in params]
+        params = [_real(local(p)) for p in params]
         torch._foreach_lerp_(m, grads, 1 - beta1)
         torch._foreach_mul_(v, beta2)
         torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
@@ -124,7 +134,9 @@ class LAMB(LayerwiseOptimizer):
         if wd != 0:
             torch._foreach_add_(u, params, alpha=wd / c)
         if group["layer_ratio"]:
-            r = trust_ratio(norms(params), norms(u) * c, phi_bounds=group["phi_bounds"])
+            w, n = sharded_norms(owners, buffers) if is_sharded(owners[0]) else \
+                (norms(params), norms(u))
+            r = trust_ratio(w, n * c, phi_bounds=group["phi_bounds"])
         else:
             r = torch.ones(len(params), device=params[0].device)
         scale = (-lr * c) * like(r, params[0])

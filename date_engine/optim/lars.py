@@ -24,7 +24,16 @@ import torch
 from torch import Tensor
 
 from date_engine.optim._fused import host_kernels, lars_step_, norm
-from date_engine.optim._tensors import LayerwiseOptimizer, decay_add_, like, norms, scalars
+from date_engine.optim._tensors import (
+    LayerwiseOptimizer,
+    decay_add_,
+    is_sharded,
+    like,
+    local,
+    norms,
+    scalars,
+    sharded_norms,
+)
 from date_engine.optim.ratios import trust_ratio, trust_ratio_value
 
 __all__ = ["LARS"]
@@ -67,13 +76,14 @@ class LARS(LayerwiseOptimizer):
         lr, beta, wd = group["lr"], group["momentum"], group["weight_decay"]
         grads = [p.grad for p in params]
         if group["layer_ratio"]:
-            r = trust_ratio(
-                norms(params), norms(grads), wd, group["trust_coefficient"], group["phi_bounds"]
-            )
+            w, g = sharded_norms(params, grads) if is_sharded(params[0]) else \
+                (norms(params), norms(grads))
+            r = trust_ratio(w, g, wd, group["trust_coefficient"], group["phi_bounds"])
         else:
             r = torch.ones(len(params), device=params[0].device)
+        bufs = [local(b) for b in self._buffers(params)]  # a DTensor's shard: elementwise below
+        params, grads = [local(p) for p in params], [local(g) for g in grads]
         step = lr * like(r, params[0])
-        bufs = self._buffers(params)
         decay_add_(bufs, grads, beta, step)
         if wd != 0:
             torch._foreach_addcmul_(bufs, params, scalars(step * wd))
