@@ -328,6 +328,28 @@ def test_the_transformer_table_is_recomputed_from_its_sweeps(heading):
         assert _number(delta) == pytest.approx(round(group["delta"], 2), abs=0.006), study
 
 
+def test_the_vit_rules_at_32x_over_four_seeds_are_the_two_sweeps_means():
+    """results.md's four-seed comparison of the default and the paper's rule on vit-mnist at 32×:
+    the means of seeds 0, 1 (vit-mnist-rules) and 2, 3 (vit-mnist-rules-seeds23)."""
+    from statistics import mean
+
+    cells = {"baseline": [], "paper": [], "date": []}
+    for study in ("vit-mnist-rules", "vit-mnist-rules-seeds23"):
+        summary = _sweep(f"[{study}](docs/results/sweeps/{study}/report.md)")
+        cells["baseline"] += [r["metric"] for r in summary["baseline"]["results"]]
+        for scheme in ("paper", "date"):
+            cells[scheme] += [r["metric"] for r in _group(summary, scheme, 4096)["results"]]
+    base = mean(cells["baseline"])
+    paper, default = mean(cells["paper"]), mean(cells["date"])
+    text = " ".join(_section((ROOT / "docs" / "results.md").read_text(),
+                             "## Transformers: vit-mnist").split())
+    assert len(cells["date"]) == len(cells["paper"]) == 4
+    assert (f"rules tie: {default:.2f} against {paper:.2f}, "
+            f"{default - base:.2f} against {paper - base:.2f} from the four baselines' {base:.2f}"
+            .replace("-", "−")) in text
+    assert f"≥ the paper's rule by {default - paper:.2f} points" in text
+
+
 @pytest.mark.slow
 def test_quick_start_accuracy_at_16x_is_what_the_command_trains(tmp_path):
     """The 16× row of the quick start, trained again: the same steps and the same test accuracy to
