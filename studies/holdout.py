@@ -27,12 +27,17 @@ from date_engine.probe import Probe
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
 
+SAME_EPOCHS = ("date", "date+same-epochs")
+"""The labels of the default rule's cells in the baseline's epochs (the second where a sweep ran
+several budgets)."""
+
 WHAT = {
     "lenet-mnist": "MNIST, LeNet-5, RMSprop",
     "lstm-mnist": "MNIST rows, LSTM, momentum",
     "lstm-mnist-adam": "MNIST rows, LSTM, Adam",
     "vit-mnist": "MNIST, ViT, AdamW",
     "bert-mlm": "Shakespeare text, BERT (MLM), AdamW",
+    "fashion-lenet": "Fashion-MNIST, LeNet-5, RMSprop",
 }
 """Each study's data set, model and optimizer, for the tables."""
 
@@ -61,7 +66,7 @@ class Study:
         for sweep in self.sweeps:
             summary = json.loads((RESULTS / "sweeps" / sweep / "results.json").read_text())
             verdicts.update({g["batch"]: g["holds"] for g in summary["summary"]["groups"]
-                             if g["scheme"] == "date" and g["holds"] is not None})
+                             if g["scheme"] in SAME_EPOCHS and g["holds"] is not None})
         return verdicts
 
     @cached_property
@@ -102,6 +107,8 @@ STUDIES = (
     Study("lstm-mnist-adam", tuple(f"probes-pairs/lstm-mnist-adam-seed{s}" for s in range(3)),
           ("lstm-mnist-adam",)),
     Study("vit-mnist", ("probes/vit-mnist",), ("vit-mnist-rules",)),
+    Study("fashion-lenet", ("probes/fashion-lenet",),
+          ("fashion-lenet-batches", "fashion-lenet-budgets")),
 )
 """Every study with a probe and a same-epochs sweep of the default rule, in the order they were
 run (the first three chose 4/3)."""
@@ -224,6 +231,8 @@ BUDGETS = tuple(Budget(study, WHAT[study], *cells) for study, *cells in (
     ("vit-mnist", "vit-mnist-budgets-ramp", "date+ramp", 4096),
     ("bert-mlm", "bert-mlm-rules", "date", 1024),
     ("bert-mlm", "bert-mlm-budgets-ramp", "date+ramp", 1024),
+    *(("fashion-lenet", "fashion-lenet-budgets", f"date+{budget}", batch)
+      for batch in (2048, 4096) for budget in ("same-epochs", "hold", "ramp")),
 ))
 """Every cell group of the default rule at 16× and 32× with a budget the plan offers, in the
 order the studies were run."""
