@@ -11,6 +11,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
 from date_engine.optim import DATE, LAMB, LARS
+from date_engine.optim._tensors import sharded_norms
 
 STEPS = 100
 OPTIMIZERS = {
@@ -72,6 +73,16 @@ def main() -> None:
             print(json.dumps({"optimizer": name, "weights": worst, "ratios": ratios_differ,
                               "all_reduces_per_step": sorted(per_step),
                               "implementation": b.implementation}), flush=True)
+    # a replicated tensor beside a sharded one: each enters once, whatever the processes hold
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = next(sharded.parameters()).device_mesh
+    whole = torch.arange(15.0).reshape(5, 3)
+    norms = sharded_norms([distribute_tensor(whole, mesh, [Shard(0)]),
+                           distribute_tensor(whole, mesh, [Replicate()])])[0]
+    if rank == 0:
+        print(json.dumps({"optimizer": "norms: sharded, replicated",
+                          "norms": norms.tolist(), "whole": float(whole.norm())}), flush=True)
     dist.destroy_process_group()
 
 

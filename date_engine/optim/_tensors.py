@@ -87,35 +87,25 @@ def sharded_norms(*lists: Sequence[Tensor]) -> list[Tensor]:
     if mesh.ndim != 1:
         raise ValueError("DATE, LARS and LAMB take the per-layer norms of parameters sharded on a "
                          f"one-dimensional device mesh; this one has {mesh.ndim} dimensions.")
-    local = [t.to_local() for t in flat]
-    squares = torch.cat([norms(run).to(torch.float64).square() for run in _same_kind(local)])
+    shards = [t.to_local() for t in flat]
+    squares = torch.empty(len(flat), dtype=torch.float64, device=shards[0].device)
+    for idx in group_by_device_and_dtype(shards).values():
+        squares[idx] = norms([shards[i] for i in idx]).to(squares).square()
+    replicated = []
     for i, t in enumerate(flat):
         if t.device_mesh != mesh:
             raise ValueError("the parameters of one optimizer lie on different device meshes; "
                              "shard the whole model over one mesh.")
         placement = t.placements[0]
         if isinstance(placement, Replicate):
-            squares[i] /= mesh.size()
+            replicated.append(i)
         elif not isinstance(placement, Shard):
             raise ValueError(f"a {placement} tensor has no norm yet: step the optimizer after "
                              "the gradients are reduced (FSDP2 does so in backward).")
+    if replicated:
+        squares[replicated] /= mesh.size()
     torch.distributed.all_reduce(squares, group=mesh.get_group())
-    out, start = [], 0
-    for ts in lists:
-        out.append(squares[start:start + len(ts)].sqrt())
-        start += len(ts)
-    return out
-
-
-def _same_kind(tensors: list[Tensor]) -> list[list[Tensor]]:
-    """``tensors`` cut into runs of one device and dtype, in order (what :func:`norms` takes)."""
-    runs: list[list[Tensor]] = []
-    for t in tensors:
-        if runs and (runs[-1][0].device, runs[-1][0].dtype) == (t.device, t.dtype):
-            runs[-1].append(t)
-        else:
-            runs.append([t])
-    return runs
+    return list(squares.sqrt().split([len(ts) for ts in lists]))
 
 
 def scalars(values: Tensor) -> list[Tensor]:
