@@ -350,6 +350,29 @@ def test_the_vit_rules_at_32x_over_four_seeds_are_the_two_sweeps_means():
     assert f"≥ the paper's rule by {default - paper:.2f} points" in text
 
 
+def test_the_fashion_and_bert_rerun_numbers_are_their_files():
+    """Fashion-MNIST's budgets as results.md's opening and README quote them (its budgets sweep),
+    and bert-mlm's baseline on the second VM as results.md quotes it (its evaluation curves)."""
+    import csv
+
+    summary = _sweep("[s](docs/results/sweeps/fashion-lenet-budgets/report.md)")
+
+    def delta(budget: str, batch: int) -> str:
+        return f"{_group(summary, f'date+{budget}', batch)['delta']:+.2f}".replace("-", "−")
+
+    results = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    assert (f"(hold {delta('hold', 2048)} and {delta('hold', 4096)}, ramp {delta('ramp', 2048)} "
+            f"and {delta('ramp', 4096)}, 2 seeds;") in results
+    readme = " ".join(README.split())
+    assert (f"the hold lost {delta('hold', 4096)[1:]} at 32× and the ramp "
+            f"{delta('ramp', 4096)[1:]}") in readme
+    finals = []
+    for seed in (0, 1):
+        path = ROOT / "docs" / "results" / "bert-mlm-baseline" / f"baseline-vm2-s{seed}.csv"
+        finals.append(float(list(csv.DictReader(path.open()))[-1]["masked_accuracy"]))
+    assert f"**{finals[0]:.2f} and {finals[1]:.2f}**" in results
+
+
 @pytest.mark.slow
 def test_quick_start_accuracy_at_16x_is_what_the_command_trains(tmp_path):
     """The 16× row of the quick start, trained again: the same steps and the same test accuracy to
