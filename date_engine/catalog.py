@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 __all__ = ["CATALOG", "LAYER_RATIO_DEFAULTS", "BatchRule", "Family", "OptimizerEntry",
-           "OptimizerSettings", "Placement", "entry", "spec_names", "step_path"]
+           "OptimizerSettings", "Placement", "entry", "spec_names", "state_tensors", "step_path"]
 
 Family = Literal["sgd", "adaptive", "layerwise"]
 """sgd: the step is lr × (momentum of) the gradient; adaptive: the gradient is normalised per
@@ -198,3 +198,18 @@ def step_path(name: str, options: Mapping[str, Any], mode: str) -> tuple[str, st
         return "foreach", "multi-tensor passes (no fused torch kernel computes this step per layer)"
     return "fused", (f"torch's fused {kernel} kernel, once per layer at its rate, on the CPU; "
                      "multi-tensor passes on accelerators")
+
+
+def state_tensors(name: str, options: Mapping[str, Any]) -> int:
+    """How many tensors of a parameter's shape the optimizer keeps per parameter (its step
+    counters aside): what its state costs in memory, as a multiple of the parameters."""
+    momentum = 1 if options.get("momentum") else 0
+    if name in ("adam", "adamw"):
+        return 3 if options.get("amsgrad") else 2
+    if name == "lamb":
+        return 2
+    if name == "rmsprop":
+        return 1 + momentum + (1 if options.get("centered") else 0)
+    if name == "adagrad":
+        return 1
+    return momentum  # sgd, momentum, nesterov, lars: the momentum buffer, if any

@@ -76,6 +76,12 @@ SetOpt = Annotated[Optional[list[str]], _opt(
 ProbeOpt = Annotated[Optional[Path], _path_opt(
     "--probe", help="probe.json from date probe of this baseline: forecast what holding its "
     "loss costs at BATCH (sets date.probe).")]
+Parallel = TrainSpec.model_fields["parallel"].annotation
+ParallelOpt = Annotated[Optional[Parallel], _opt(
+    "--parallel", metavar="|".join(get_args(Parallel)),
+    help="ddp: every process holds the whole model; fsdp: parameters, gradients and optimizer "
+    "state sharded over the processes (FSDP2), for models that do not fit one device (sets "
+    "train.parallel).")]
 BudgetOpt = Annotated[Optional[str], _opt(
     "--budget", metavar="same-epochs|hold|ramp", help="same-epochs: the baseline's epochs "
     "(default); hold: the epochs the probe forecasts to reach the baseline's loss; ramp: a batch "
@@ -116,12 +122,15 @@ def _root(version: Annotated[bool, _flag("--version", callback=_version, is_eage
 
 
 def _spec(arg: str, overrides: list[str] | None, probe: Path | None = None,
-          budget: str | None = None) -> tuple[Path, Spec]:
+          budget: str | None = None, parallel: str | None = None) -> tuple[Path, Spec]:
     """SPEC as a file, else as the name of a shipped baseline; validated, overrides applied
-    (``--probe`` and ``--budget`` last: they are date.probe and date.budget)."""
+    (``--probe``, ``--budget`` and ``--parallel`` last: they are date.probe, date.budget and
+    train.parallel)."""
     from date_engine.recipes import shipped_specs
 
     overrides = list(overrides or ())
+    if parallel is not None:
+        overrides.append(f"train.parallel={json.dumps(parallel)}")
     if probe is not None:  # absolute, so that every process and sweep cell finds it
         overrides.append(f"date.probe={json.dumps(str(probe.absolute()))}")
     if budget is not None:
@@ -147,6 +156,7 @@ def _spec(arg: str, overrides: list[str] | None, probe: Path | None = None,
 def plan_command(
     spec_arg: SpecArg, batch: BatchOpt, nproc: NprocOpt = 1, micro_batch: MicroOpt = None,
     overrides: SetOpt = None, probe: ProbeOpt = None, budget: BudgetOpt = None,
+    parallel: ParallelOpt = None,
     as_json: Annotated[bool, _flag("--json", help="Print the plan as one JSON object.")] = False,
     plot: Annotated[Optional[Path], _path_opt(
         "--plot", help="Also draw the LR curve into this PNG (or .pdf, .svg).")] = None,
@@ -163,8 +173,11 @@ def plan_command(
     with user_errors():
         if plot is not None:
             output_file(plot, "--plot", (".png", ".pdf", ".svg"))
-        path, spec = _spec(spec_arg, overrides, probe, budget)
+        path, spec = _spec(spec_arg, overrides, probe, budget, parallel)
         size, recipe = parse_size(batch, "--batch"), _known_recipe(spec)
+        parameters = None
+        if spec.train.parallel == "fsdp" and recipe is not None:  # the bytes each process holds
+            parameters = recipe.parameter_count(recipe.parse_options(spec.model))
         planned = resolve_plan(spec, size, nproc, micro_batch, recipe)
         others = {}
         if compare:  # the other rule, and what most people do today
@@ -177,12 +190,12 @@ def plan_command(
 
             save_lr_plot(plot, [(scheme_name(planned.plan), planned.plan), *others.items()])
         if as_json:
-            document = planned.document()
+            document = planned.document(parameters)
             if others:
                 document["compare"] = {name: p.to_dict() for name, p in others.items()}
             print(json.dumps(document, indent=2))
         else:
-            _print_plan(path, spec, planned, others)
+            _print_plan(path, spec, planned, others, parameters)
         if plot is not None:
             Console(stderr=True).print(f"LR curve written to {plot}", markup=False)
 
@@ -199,13 +212,14 @@ def _known_recipe(spec: Spec):
     return found
 
 
-def _print_plan(path: Path, spec: Spec, planned, others) -> None:
+def _print_plan(path: Path, spec: Spec, planned, others, parameters: int | None) -> None:
     from date_engine.view.plan import render_comparison, render_plan
 
     console = Console(highlight=False)
     width = max(32, min(console.width - 14, 90))
     title = f"DATE plan for {path}" + (f" (recipe {spec.recipe})" if spec.recipe else "")
-    console.print(render_plan(planned.plan, planned.split, title, chart_width=width))
+    console.print(render_plan(planned.plan, planned.split, title, chart_width=width,
+                              sharding=planned.sharding(parameters)))
     if others:
         console.print()
         console.print(render_comparison(planned.plan, others, chart_width=width))
@@ -266,11 +280,11 @@ def scale_command(
     rdzv_endpoint: RdzvEndpointOpt = None, rdzv_id: RdzvIdOpt = "date-engine",
     master_addr: MasterAddrOpt = None, master_port: MasterPortOpt = None,
     max_restarts: RestartsOpt = 0, as_json: ScaleJsonOpt = False, probe: ProbeOpt = None,
-    budget: BudgetOpt = None,
+    budget: BudgetOpt = None, parallel: ParallelOpt = None,
 ) -> None:
     """Train the spec's recipe at BATCH with the DATE plan: one process, several, or nodes."""
     with user_errors():
-        path, spec = _spec(spec_arg, overrides, probe, budget)
+        path, spec = _spec(spec_arg, overrides, probe, budget, parallel)
         if recipe is not None and not recipe.strip():
             raise DateError("--recipe: empty; give a recipe name (date recipes lists them) or "
                             "package.module:function.")

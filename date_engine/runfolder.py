@@ -7,7 +7,7 @@
     <run>/plan.json         the plan and batch split the run trains with  written before training
     <run>/metrics.jsonl     one record per logged step or evaluation
     <run>/tensorboard/      the same scalars, when tensorboard is installed
-    <run>/checkpoints/step-XXXXXXXX.pt
+    <run>/checkpoints/step-XXXXXXXX.pt    (step-XXXXXXXX.dcp/, a folder of shards, under fsdp)
     <run>/summary.json      how the run ended
     <run>/curves.png        loss, metric, LR and DATE's ratio spread against steps (matplotlib)
     <run>/FAILED.json       why it stopped, after a non-finite loss
@@ -44,7 +44,7 @@ from date_engine.runplan import RunPlan
 __all__ = ["MetricsLog", "RunFolder", "RunLock", "RunSummary", "default_run_folder", "eval_record",
            "train_record"]
 
-_CHECKPOINT = re.compile(r"^step-(\d{8})\.pt$")
+_CHECKPOINT = re.compile(r"^step-(\d{8})\.(?:pt|dcp)$")
 
 
 @dataclass(frozen=True)
@@ -204,11 +204,12 @@ class RunFolder:
             os.close(fd)
         return None
 
-    def checkpoint_path(self, step: int) -> Path:
-        return self.checkpoint_dir / f"step-{step:08d}.pt"
+    def checkpoint_path(self, step: int, sharded: bool = False) -> Path:
+        """The checkpoint of ``step``: a file, or a folder of shards (``train.parallel: fsdp``)."""
+        return self.checkpoint_dir / f"step-{step:08d}.{'dcp' if sharded else 'pt'}"
 
     def checkpoints(self) -> list[Path]:
-        """The checkpoint files, newest step first."""
+        """The checkpoints (files, and folders of shards), newest step first."""
         if not self.checkpoint_dir.is_dir():
             return []
         found = [(int(m.group(1)), p) for p in self.checkpoint_dir.iterdir()

@@ -12,10 +12,10 @@ dry-run branch in its step logic. Torch-free, like the plan.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from date_engine.catalog import step_path
+from date_engine.catalog import entry, state_tensors, step_path
 from date_engine.errors import PlanError
 from date_engine.forecast import NoiseCurve
 from date_engine.plan import (
@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # recipes are passed in, never imported: the plan depends on 
 __all__ = [
     "BatchSplit",
     "RunPlan",
+    "Sharding",
     "largest_divisor",
     "resolve_plan",
     "split_batch",
@@ -54,6 +55,9 @@ class BatchSplit:
     """Processes (data-parallel replicas)."""
     accumulation_steps: int
     """Micro-batches accumulated per optimizer step in each process."""
+    parallel: str = "ddp"
+    """How the processes hold the model (``train.parallel``): ``ddp`` replicas or ``fsdp``
+    shards."""
 
     @property
     def batch(self) -> int:
@@ -65,12 +69,62 @@ class BatchSplit:
         """Samples each process reads per optimizer step."""
         return self.micro_batch * self.accumulation_steps
 
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)
+    def to_dict(self) -> dict[str, Any]:
+        """The split's fields; ``parallel`` only when the model is sharded (absent, it is ddp, as
+        in the plans of versions before it)."""
+        data = asdict(self)
+        if self.parallel == "ddp":
+            del data["parallel"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BatchSplit:
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """How the processes hold the model (``train.parallel``): ``ddp`` replicates parameters,
+    gradients and optimizer state on every process; ``fsdp`` shards all three over the processes
+    (torch's FSDP2), each process holding 1/N of each and gathering a unit's parameters only while
+    it computes. Bytes are of fp32 master weights, gradients and optimizer state."""
+
+    mode: str = "ddp"
+    world_size: int = 1
+    parameters: int | None = None
+    """The model's parameter count P, where known (counted on the meta device); else None."""
+    state_tensors: int = 0
+    """The optimizer's tensors of a parameter's shape per parameter (the catalog's count)."""
+    layer_norms: bool = False
+    """Whether the step needs every layer's norms (DATE's ratios, LARS, LAMB)."""
+
+    @property
+    def sharded(self) -> bool:
+        return self.mode == "fsdp"
+
+    def bytes_per_process(self) -> dict[str, int] | None:
+        """Bytes each process holds of the parameters, gradients and optimizer state (fp32), or
+        None without a parameter count."""
+        if self.parameters is None:
+            return None
+        share = -(-self.parameters // self.world_size) if self.sharded else self.parameters
+        return {"parameters": 4 * share, "gradients": 4 * share,
+                "optimizer_state": 4 * share * self.state_tensors}
+
+    def collectives(self) -> str:
+        """The collectives of one optimizer step, in words."""
+        if self.world_size == 1:
+            return "none (one process)"
+        if not self.sharded:
+            return "one all-reduce of the gradients (bucketed by DDP), overlapped with backward"
+        norms = ("; one all-reduce of every layer's squared norms (the per-layer ratios)"
+                 if self.layer_norms else "")
+        return ("per sharding unit, an all-gather of its parameters before forward and again "
+                f"before backward, and a reduce-scatter of its gradients{norms}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "parameters": self.parameters,
+                "bytes_per_process": self.bytes_per_process(), "collectives": self.collectives()}
 
 
 def largest_divisor(n: int, at_most: int) -> int:
@@ -123,7 +177,7 @@ def stage_split(split: BatchSplit, batch: int, gradients: int = 1) -> BatchSplit
     share = batch // split.world_size
     most = min(split.micro_batch, max(1, batch // gradients))  # world · share/micro ≥ gradients
     micro = largest_divisor(share, most)
-    return BatchSplit(micro, split.world_size, share // micro)
+    return BatchSplit(micro, split.world_size, share // micro, split.parallel)
 
 
 # ------------------------------------------------------------------------------ the one resolver
@@ -148,7 +202,15 @@ class RunPlan(NamedTuple):
         """The dry run of this plan: the plan unchanged, DRY_RUN_STEPS optimizer steps of
         DRY_RUN_MICRO_BATCH samples × ``world_size`` processes × DRY_RUN_ACCUMULATION passes."""
         return _DryRun(self.plan, BatchSplit(DRY_RUN_MICRO_BATCH, world_size,
-                                             DRY_RUN_ACCUMULATION))
+                                             DRY_RUN_ACCUMULATION, self.split.parallel))
+
+    def sharding(self, parameters: int | None = None) -> Sharding:
+        """How the processes hold the model, with the bytes each holds for a model of
+        ``parameters`` parameters (the recipe's count) and the collectives of a step."""
+        opt = self.plan.optimizer
+        layer_norms = opt.layer_ratio["mode"] != "off" or entry(opt.name).family == "layerwise"
+        return Sharding(self.split.parallel, self.split.world_size, parameters,
+                        state_tensors(opt.name, opt.options), layer_norms)
 
     @property
     def last_step(self) -> int:
@@ -219,12 +281,14 @@ class RunPlan(NamedTuple):
     def from_dict(cls, data: dict[str, Any]) -> RunPlan:
         return cls(Plan.from_dict(data), BatchSplit.from_dict(data))
 
-    def document(self) -> dict[str, Any]:
-        """What ``date plan --json`` and ``date scale --json`` print: :meth:`to_dict` and, as
-        ``step``, how the optimizer step runs (the catalog's word, not a derived number)."""
+    def document(self, parameters: int | None = None) -> dict[str, Any]:
+        """What ``date plan --json`` and ``date scale --json`` print: :meth:`to_dict`; as
+        ``step``, how the optimizer step runs (the catalog's word, not a derived number); as
+        ``sharding``, how the processes hold a model of ``parameters`` parameters."""
         opt = self.plan.optimizer
         path, how = step_path(opt.name, opt.options, opt.layer_ratio["mode"])
-        return {**self.to_dict(), "step": {"path": path, "how": how}}
+        return {**self.to_dict(), "step": {"path": path, "how": how},
+                "sharding": self.sharding(parameters).to_dict()}
 
 
 class _DryRun(RunPlan):
@@ -272,7 +336,12 @@ def resolve_plan(
     if micro is None and recipe is not None and batch % world_size == 0:
         share = batch // world_size
         micro = largest_divisor(share, recipe.default_micro_batch)
-    return RunPlan(plan, split_batch(batch, world_size, micro))
+    if spec.train.parallel == "fsdp" and plan.ramp and plan.ramp_mode == "measured":
+        raise PlanError("train.parallel: fsdp does not measure the gradient noise scale that a "
+                        "measured ramp follows; set date.ramp: planned (the probe's schedule) or "
+                        "train.parallel: ddp.")
+    split = split_batch(batch, world_size, micro)
+    return RunPlan(plan, replace(split, parallel=spec.train.parallel))
 
 
 

@@ -311,6 +311,11 @@ class TrainSpec(_Section):
     """Clip the global gradient norm to this value before each step (None: no clipping)."""
     num_workers: int = Field(default=0, ge=0)
     """DataLoader worker processes per training process."""
+    parallel: Literal["ddp", "fsdp"] = "ddp"
+    """How the processes hold the model: ``ddp`` replicates it (every process holds all
+    parameters, gradients and optimizer state); ``fsdp`` shards all three over the processes with
+    torch's FSDP2 (``fully_shard``), for models that do not fit one device. The plan (``date
+    plan --parallel fsdp``) shows the bytes per process and the collectives of a step."""
 
 
 class Spec(_Section):
@@ -353,6 +358,7 @@ class Spec(_Section):
 
 
 _NOT_FINGERPRINTED = (
+    "parallel",  # in the plan, which names it when a checkpoint of the other kind is refused
     "output_dir",
     "data_dir",
     "checkpoint_every",

@@ -50,7 +50,20 @@ def date(*args, env=None, timeout=240):
 
 
 def final_model(run_dir: Path) -> dict[str, torch.Tensor]:
-    newest = sorted((run_dir / "checkpoints").glob("step-*.pt"))[-1]
+    """The model of the run's newest checkpoint: a file, or (fsdp) a folder of shards read whole
+    with torch's own converter."""
+    newest = sorted((run_dir / "checkpoints").glob("step-*"))[-1]
+    if newest.is_dir():
+        import tempfile
+        import warnings
+
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "no process group": reading alone is the point
+            dcp_to_torch_save(newest, Path(tmp) / "whole.pt")
+            whole = torch.load(Path(tmp) / "whole.pt", weights_only=True)
+        return {k.removeprefix("model/"): v for k, v in whole.items() if k.startswith("model/")}
     return torch.load(newest, weights_only=True)["model"]
 
 

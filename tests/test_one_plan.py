@@ -26,12 +26,14 @@ runner = CliRunner()
 
 
 def plan_json(*args, keep_step: bool = False) -> dict:
-    """The plan ``date plan --json`` prints, without its "step" entry (how the optimizer step
-    runs: said by the catalog, not derived by the plan), which is checked to be there."""
+    """The plan ``date plan --json`` prints, without its "step" and "sharding" entries (how the
+    optimizer step runs and how the processes hold the model: said by the catalog and the
+    recipe's parameter count, not derived by the plan), which are checked to be there."""
     result = runner.invoke(app, ["plan", *map(str, args), "--json"], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document["step"]["path"] in ("fused", "foreach", "off")
+    assert document.pop("sharding")["mode"] == document.get("parallel", "ddp")
     if not keep_step:
         del document["step"]
     return document
@@ -128,6 +130,7 @@ def test_dry_run_trains_the_plan_date_plan_prints(path, nproc, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     record = json.loads(result.stdout)
     assert record["plan"].pop("step")["path"] in ("fused", "foreach", "off")  # as date plan's
+    assert record["plan"].pop("sharding")["mode"] == "ddp"
     assert record["plan"] == plan_json(path, "--batch", batch, "--nproc", nproc)
     assert record["summary"]["steps"] == record["summary"]["total_steps"] == 2
     assert "dry run" in result.stderr and f"2 × {nproc} × 2" in result.stderr

@@ -101,6 +101,19 @@ class Recipe:
     requires: tuple[tuple[str, str, str], ...] = ()
     """Optional packages the recipe needs, as (module, pip extra of date-engine, what for):
     checked before a run starts, not at its first evaluation."""
+    shard_units: Callable[[Any], list[Any]] | None = None
+    """``shard_units(model)``: the modules ``train.parallel: fsdp`` shards as one unit each (their
+    parameters are gathered together while they compute). None: the default of
+    :func:`date_engine.train.runtime.shard_units`, each top-level block that holds parameters."""
+
+    def parameter_count(self, options: Any) -> int:
+        """The model's parameters, counted on torch's meta device: no memory, no weights (imports
+        torch)."""
+        import torch
+
+        with torch.device("meta"):
+            model = self.build_model(options)
+        return sum(p.numel() for p in model.parameters())
 
     def check_requirements(self) -> None:
         """Refuse, with the install command, if a package the recipe needs is missing."""

@@ -12,6 +12,10 @@ the checkpoint before it is taken, with a warning) and uses ``torch.load(weights
 checkpoint holds tensors and plain values only.
 
 Only finite states are written: a checkpoint is a promise that training can go on from it.
+
+A sharded model (``train.parallel: fsdp``) is checkpointed as a folder of shards instead
+(:mod:`date_engine.train.shards`), with the same promises: written atomically, verified when read,
+rotated, refused for another plan.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import io
 import json
 import os
 import random
+import shutil
 import struct
 import time
 from dataclasses import dataclass
@@ -30,7 +35,9 @@ from typing import Any, BinaryIO
 import torch
 
 from date_engine.errors import DateError
+from date_engine.optim._tensors import local
 from date_engine.runfolder import RunFolder
+from date_engine.train import shards
 
 __all__ = [
     "FORMAT",
@@ -62,7 +69,7 @@ def plan_id(plan: dict[str, Any]) -> str:
 def finite(*states: Any) -> bool:
     """Whether every floating-point tensor in ``states`` (nested dicts and lists, as state dicts
     are) is finite. One host synchronisation; used before a checkpoint is written."""
-    tensors = [t for t in _tensors(states) if t.is_floating_point() or t.is_complex()]
+    tensors = [local(t) for t in _tensors(states) if t.is_floating_point() or t.is_complex()]
     if not tensors:
         return True
     return bool(torch.stack([torch.isfinite(t).all().to(tensors[0].device) for t in tensors]).all())
@@ -100,11 +107,24 @@ def save_atomic(run: RunFolder, step: int, payload: dict[str, Any], keep: int) -
         os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(folder)
+    _rotate(run, final, ident, keep)
+    return final
+
+
+def _rotate(run: RunFolder, final: Path, ident: str, keep: int) -> None:
+    """Make the write of ``final`` durable, then remove this plan's checkpoints beyond the
+    ``keep`` newest (by write order; never ``final``)."""
+    _fsync_dir(final.parent)
     same_plan = [p for p in _by_write_order(run) if _trailer(p).get("plan") == ident]
     for old in [p for p in same_plan if p != final][max(keep - 1, 0):]:
-        old.unlink(missing_ok=True)
-    return final
+        _remove(old)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -137,13 +157,21 @@ def remove_partial_writes(run: RunFolder) -> list[Path]:
     partial = [p for p in run.checkpoint_dir.iterdir()
                if p.name.startswith(".step-") and ".tmp-" in p.name]
     for p in partial:
-        p.unlink(missing_ok=True)
+        _remove(p)
     return partial
 
 
 def _read(path: Path) -> tuple[str | None, dict[str, Any] | None]:
     """Check the bytes against the trailer's checksum, then load them — both streamed from the
-    file, so reading needs no memory beyond the state it loads."""
+    file, so reading needs no memory beyond the state it loads. A folder of shards: its files
+    against its manifest, and its run.pt (the shards are read by :func:`shards.load`)."""
+    if shards.is_sharded_checkpoint(path):
+        problem, payload = shards.read(path)
+        required = [k for k in REQUIRED if k != "model"]
+        if problem is None and not (all(k in payload for k in required)
+                                    and payload["format"] == FORMAT):
+            return "is not a checkpoint of this version", None
+        return problem, payload
     try:
         with open(path, "rb") as f:
             record, body = _trailer_in(f)
@@ -185,7 +213,10 @@ def _trailer_in(f: BinaryIO) -> tuple[dict[str, Any] | None, int]:
 
 
 def _trailer(path: Path) -> dict[str, Any]:
-    """The record at the end of a checkpoint file, read without reading the file ({} if none)."""
+    """The record at the end of a checkpoint file, read without reading the file ({} if none);
+    a folder of shards: its manifest."""
+    if shards.is_sharded_checkpoint(path):
+        return shards.manifest(path)
     try:
         with open(path, "rb") as f:
             return _trailer_in(f)[0] or {}
@@ -294,6 +325,9 @@ def describe_mismatch(
     """Why a checkpoint cannot continue this run, or None if it can."""
     if saved_fp != fp:
         return "it was written for another spec (a baseline, date or training setting differs)"
+    saved_parallel, parallel = saved_plan.get("parallel", "ddp"), plan.get("parallel", "ddp")
+    if saved_parallel != parallel:
+        return f"it was written by a train.parallel: {saved_parallel} run, not {parallel}"
     keys = ("target_batch", "world_size", "micro_batch", "accumulation_steps")
     if any(saved_plan.get(k) != plan.get(k) for k in keys):
         return (
@@ -369,14 +403,18 @@ def save_run(rt, folder: RunFolder, step: int, planned, model, optimizer, scaler
     model's or optimizer's state is not finite (the replicas are equal, so every process does)."""
     import torch.distributed as dist
 
-    if not finite(model.state_dict(), optimizer.state_dict()):
+    sharded = planned.split.parallel == "fsdp"
+    ok = finite(model.state_dict(), optimizer.state_dict())
+    if sharded and rt.distributed:  # each process checked its own shards
+        flag = torch.tensor([float(not ok)])
+        dist.all_reduce(flag)
+        ok = flag.item() == 0
+    if not ok:
         raise NonFiniteState
     mine = {"rng": rng if rng is not None else capture_rng(), "log_window": log.window_state()}
     states = [None] * rt.world_size if rt.distributed else [mine]
     if rt.distributed:
         dist.all_gather_object(states, mine)
-    if not rt.is_main:
-        return None
     samples = planned.samples_through(step)
     payload = {
         "format": FORMAT,
@@ -384,8 +422,6 @@ def save_run(rt, folder: RunFolder, step: int, planned, model, optimizer, scaler
         "samples_seen": samples,
         "train_seconds": log.train_seconds(),
         "sampler": {"samples_per_process": samples // planned.split.world_size, "seed": seed},
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
         "scaler": scaler.state_dict() if scaler is not None else None,
         "noise": noise.state_dict() if noise is not None else None,
         "ranks": states,
@@ -393,6 +429,17 @@ def save_run(rt, folder: RunFolder, step: int, planned, model, optimizer, scaler
         "spec_fingerprint": spec_fingerprint,
         "recipe": recipe,
     }
+    if sharded:
+        ident = plan_id(payload["plan"])
+        final = folder.checkpoint_path(step, sharded=True)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        path = shards.save(rt, final, payload, model, optimizer, ident)
+        if path is not None:
+            _rotate(folder, path, ident, keep)
+        return path
+    if not rt.is_main:
+        return None
+    payload.update(model=model.state_dict(), optimizer=optimizer.state_dict())
     return save_atomic(folder, step, payload, keep)
 
 

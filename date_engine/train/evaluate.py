@@ -20,7 +20,9 @@ def evaluate(rt: Runtime, recipe: Recipe, model: torch.nn.Module, data: RecipeDa
              log: RunLogger) -> float:
     """Every process scores its share of ``data.eval`` (sample i goes to rank i mod world); the
     recipe's sums are added over the processes (float64) and turned into its metric and details,
-    logged at ``step``. Leaves the model in training mode."""
+    logged at ``step``. Leaves the model in training mode. Under fsdp each forward gathers every
+    process's shards, so a process with fewer evaluation batches runs as many forwards as the
+    others (their statistics dropped)."""
     with log.evaluating(step, recipe.metric_name) as result:
         model.eval()
         shard = list(range(rt.rank, len(data.eval), rt.world_size))
@@ -36,6 +38,13 @@ def evaluate(rt: Runtime, recipe: Recipe, model: torch.nn.Module, data: RecipeDa
                 stats = recipe.evaluate(model, to_device(batch, rt.device), data)
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + float(value)
+        if rt.sharded:  # every forward gathers parameters from all: each process runs as many
+            share = -(-len(data.eval) // rt.world_size)  # rank 0's, the largest
+            most = -(-share // EVAL_BATCH)
+            for _ in range(most - len(loader)):  # its extra forwards' statistics are dropped
+                recipe.evaluate(model, to_device(data.collate([data.eval[0]]) if data.collate
+                                                 else torch.utils.data.default_collate(
+                                                     [data.eval[0]]), rt.device), data)
         if rt.distributed:
             keys = sorted(totals)
             values = torch.tensor([totals[k] for k in keys], dtype=torch.float64, device=rt.device)

@@ -24,6 +24,7 @@ from date_engine.recipes import Recipe
 from date_engine.runfolder import RunFolder, RunSummary
 from date_engine.runplan import RunPlan
 from date_engine.train import checkpoint as ckpt
+from date_engine.train import shards
 from date_engine.view.console import note_line
 
 __all__ = ["ResumePoint", "already_finished", "earlier_failure", "find", "process_seed",
@@ -140,8 +141,11 @@ def restore(found: ckpt.Found | None, model, optimizer, scaler, noise, planned: 
         seed_everything(process_seed(seed, rank))  # dropout etc. differ per process
         return ResumePoint()
     payload = found.payload
-    model.load_state_dict(payload["model"])
-    optimizer.load_state_dict(payload["optimizer"])
+    if payload.get("sharded"):
+        shards.load(found.path, payload, model, optimizer)
+    else:
+        model.load_state_dict(payload["model"])
+        optimizer.load_state_dict(payload["optimizer"])
     if scaler is not None and payload.get("scaler"):
         scaler.load_state_dict(payload["scaler"])
     console.print(f"resuming from {found.path} (step {payload['step']})", soft_wrap=True)

@@ -1,8 +1,9 @@
-"""Where a training process runs: its rank in the job, its device, backend and precision.
+"""Where a training process runs: its rank in the job, its device, backend and precision, and how
+it holds the model (replicated by DDP or sharded by FSDP2).
 
 Every device-dependent choice of the trainer is made here: CUDA or CPU, NCCL or gloo, bf16/fp16 or
-fp32, whether ``--compile`` applies. A process joins the job that launched it — torchrun's
-``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` or Slurm's
+fp32 (under FSDP2, its mixed-precision policy), whether ``--compile`` applies. A process joins
+the job that launched it — torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` or Slurm's
 ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID`` — or runs alone.
 """
 
@@ -20,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 __all__ = ["Runtime", "die_with_parent", "job_environment", "raise_everywhere", "setup",
-           "teardown"]
+           "shard_units", "teardown"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class Runtime:
     compile: bool
     notes: list[str] = field(default_factory=list)
     """Things the user should know, e.g. that bf16 was asked for on a CPU."""
+    parallel: str = "ddp"
+    """``train.parallel``: ``ddp`` (replicas) or ``fsdp`` (sharded over the processes)."""
 
     @property
     def is_main(self) -> bool:
@@ -53,8 +56,16 @@ class Runtime:
     def distributed(self) -> bool:
         return self.backend is not None
 
+    @property
+    def sharded(self) -> bool:
+        """The model's parameters, gradients and optimizer state are sharded over the processes
+        (fsdp with more than one process; one process holds the whole model either way)."""
+        return self.parallel == "fsdp" and self.distributed
+
     def autocast(self) -> AbstractContextManager:
-        if self.precision == "fp32":
+        """bf16/fp16 compute; under FSDP2 its mixed-precision policy casts instead
+        (:meth:`shard`)."""
+        if self.precision == "fp32" or self.sharded:
             return nullcontext()
         dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
         return torch.autocast(device_type=self.device.type, dtype=dtype)
@@ -63,15 +74,83 @@ class Runtime:
         """fp16 needs loss scaling; bf16 and fp32 do not."""
         return torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
 
+    def shard(self, model: torch.nn.Module, units: list[torch.nn.Module]) -> torch.nn.Module:
+        """Under fsdp in a job: shard ``model`` in place with FSDP2, each of ``units`` as one unit
+        and the root holding the rest (every process built the same weights: FSDP2 broadcasts
+        none). bf16/fp16 run through its policy: parameters cast for compute, fp32 master weights
+        and fp32 gradient reductions. Else ``model`` unchanged. Build the optimizer after this:
+        sharding replaces the parameters."""
+        if not self.sharded:
+            return model
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        policy = MixedPrecisionPolicy()
+        if self.precision != "fp32":
+            dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+            policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+        for unit in units:
+            fully_shard(unit, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+        return model
+
+    def no_sync(self, wrapped: torch.nn.Module) -> AbstractContextManager:
+        """A micro-batch whose gradients stay local (all but a step's last): DDP's ``no_sync``,
+        FSDP2's ``set_requires_gradient_sync(False)``."""
+        if self.sharded:
+            return _GradientSyncOff(wrapped)
+        return wrapped.no_sync() if self.distributed else nullcontext()
+
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The module the step runs: ``model`` under DDP in a job, compiled with ``--compile``."""
+        """The module the step runs: ``model`` under DDP in a job (FSDP2's sharded ``model``
+        itself under fsdp), compiled with ``--compile``."""
         wrapped = model
-        if self.distributed:
+        if self.distributed and not self.sharded:
             wrapped = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[self.device] if self.device.type == "cuda" else None)
         if self.compile:
             wrapped = torch.compile(wrapped)
         return wrapped
+
+
+class _GradientSyncOff(AbstractContextManager):
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def __enter__(self):
+        self.model.set_requires_gradient_sync(False)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.model.set_requires_gradient_sync(True)
+
+
+def shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """FSDP2's default sharding units: each top-level block of ``model`` that holds parameters
+    (the blocks of a top-level ``ModuleList`` or ``Sequential`` one by one), except a block that
+    shares a parameter with a module outside it (a tied output head): that stays with the root."""
+    blocks: list[torch.nn.Module] = []
+    for child in model.children():
+        inner = list(child.children())
+        if isinstance(child, (torch.nn.ModuleList, torch.nn.Sequential)) and inner:
+            blocks += inner
+        else:
+            blocks.append(child)
+    owners: dict[int, int] = {}
+    for _, module in model.named_modules(remove_duplicate=False):
+        for p in module.parameters(recurse=False):
+            owners[id(p)] = owners.get(id(p), 0) + 1
+    units = []
+    for block in blocks:
+        mine = list(block.parameters())
+        if not mine:
+            continue
+        inside: dict[int, int] = {}
+        for _, module in block.named_modules(remove_duplicate=False):
+            for p in module.parameters(recurse=False):
+                inside[id(p)] = inside.get(id(p), 0) + 1
+        if all(inside[id(p)] == owners[id(p)] for p in mine):
+            units.append(block)
+    return units
 
 
 def raise_everywhere(rt: Runtime, error: str | None) -> None:
@@ -123,6 +202,7 @@ def setup(
     backend: str | None = None,
     compile: bool = False,
     force_cpu: bool = False,
+    parallel: str = "ddp",
 ) -> Runtime:
     """Join the job (initialising the process group when there is more than one process), pick
     this process's device and the precision that can run on it."""
@@ -159,7 +239,10 @@ def setup(
 
     chosen_backend = None
     if job.world_size > 1:
-        chosen_backend = backend or ("nccl" if device.type == "cuda" else "gloo")
+        # under fsdp on CUDA, a gloo group beside NCCL serves the CPU-side collectives (the
+        # checkpoint's planning, the RNG states gathered into it)
+        chosen_backend = backend or ("gloo" if device.type != "cuda" else
+                                     "cpu:gloo,cuda:nccl" if parallel == "fsdp" else "nccl")
         if job.launcher == "slurm":
             _slurm_rendezvous(job)
         if not dist.is_initialized():
@@ -171,8 +254,8 @@ def setup(
                 device_id=device if device.type == "cuda" else None,
             )
     return Runtime(
-        job.rank, job.world_size, job.local_rank, device, chosen_backend, precision, compile, notes
-    )
+        job.rank, job.world_size, job.local_rank, device, chosen_backend, precision, compile, notes,
+        parallel)
 
 
 def _attempt_store() -> dist.Store:

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from date_engine.optim._tensors import local
 from date_engine.recipes import Recipe, RecipeData
 from date_engine.train.runtime import Runtime
 
@@ -91,7 +92,7 @@ class StepRunner:
         for micro in range(self.accumulation):
             batch = to_device(next(batches), rt.device)
             sync = micro == self.accumulation - 1 or not rt.distributed
-            with nullcontext() if sync else self.wrapped.no_sync(), rt.autocast():
+            with nullcontext() if sync else rt.no_sync(self.wrapped), rt.autocast():
                 loss = self.recipe.loss(self.wrapped, batch, self.data) / self.accumulation
             (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
             total += loss.detach().float()
@@ -104,12 +105,17 @@ class StepRunner:
             self.scaler.unscale_(self.optimizer)
         if self._previous is not None:
             self._pair_product()
-        if clip is not None:
+        if clip is not None and not self.rt.sharded:
             return torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
-        if not (measure or self.measure_noise):
+        if not (measure or self.measure_noise or clip is not None):
             return None
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        return torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+        norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+        if self.rt.sharded:  # each process holds a shard of each gradient: one all-reduce
+            norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+            if clip is not None:
+                torch.nn.utils.clip_grads_with_norm_(self.model.parameters(), clip, norm)
+        return norm
 
     def _pair_product(self) -> None:
         """⟨g_t, g_t−1⟩ into ``_pair`` (on the device), and this step's gradient kept for the
@@ -149,6 +155,7 @@ class StepRunner:
                    if t.is_floating_point()]
         for state in self.optimizer.state.values():
             tensors += [t for t in state.values() if torch.is_tensor(t) and t.is_floating_point()]
+        tensors = [local(t) for t in tensors]  # fsdp: each process its shards; agree() ORs them
         sums = [t.detach().sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32)
                 .to(self.rt.device, torch.float64) for t in tensors]
         return torch.stack(sums).sum() if sums else torch.zeros((), device=self.rt.device)

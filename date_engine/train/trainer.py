@@ -42,7 +42,7 @@ from date_engine.train import resume
 from date_engine.train.config import RunConfig
 from date_engine.train.evaluate import evaluate
 from date_engine.train.reporting import RunLogger
-from date_engine.train.runtime import Runtime, raise_everywhere, setup, teardown
+from date_engine.train.runtime import Runtime, raise_everywhere, setup, shard_units, teardown
 from date_engine.train.sampling import loader
 from date_engine.train.step import StepRunner, Verdict, agree
 from date_engine.view.console import error_line, nonfinite_message, note_line
@@ -54,7 +54,8 @@ EXIT_NONFINITE = 3
 
 def run(config: RunConfig) -> int:
     """Train as one process of the job; returns the process's exit code."""
-    runtime = setup(config.precision, config.backend, config.compile, force_cpu=config.dry_run)
+    runtime = setup(config.precision, config.backend, config.compile, force_cpu=config.dry_run,
+                    parallel=config.spec.get("train", {}).get("parallel", "ddp"))
     console = (Console(stderr=config.print_json, highlight=False) if runtime.is_main
                else Console(quiet=True))
     trainer = None
@@ -122,6 +123,7 @@ class Trainer:
 
         torch.manual_seed(self.seed)  # the same initial weights on every process
         model = self.recipe.build_model(self.options).to(self.rt.device)
+        model = self.rt.shard(model, (self.recipe.shard_units or shard_units)(model))
         optimizer = build_optimizer(model.named_parameters(), self.plan.optimizer,
                                     self.plan.peak_lr)
         scaler = self.rt.grad_scaler()
@@ -175,6 +177,12 @@ class Trainer:
         gradient (more processes or accumulation steps; a measured ramp's stages always do);
         averaged over a fixed share of the run's samples."""
         split = self.steps_plan.split
+        if self.rt.sharded:  # each process holds a shard of the summed gradient only
+            if self.config.measure_pairs:
+                raise DateError("date probe measures the gradient noise scale, which "
+                                "train.parallel: fsdp does not; probe with train.parallel: ddp "
+                                "(the probe's model fits one device at its small batch).")
+            return None
         if self.steps_plan.follows_noise:
             if not self.config.measure_noise:
                 raise DateError("date.ramp: measured follows the noise scale the run measures, "
@@ -185,6 +193,12 @@ class Trainer:
         return NoiseScale(NoiseScale.half_life_for(
             self.plan.total_epochs * self.plan.dataset_size))
 
+    def _parameters(self) -> int | None:
+        """The model's parameter count, for the bytes each process holds under fsdp."""
+        if self.steps_plan.split.parallel != "fsdp":
+            return None
+        return self.recipe.parameter_count(self.options)
+
     def _announce(self, data: RecipeData) -> None:
         """Show the plan and write the run's record (rank 0)."""
         if not self.rt.is_main:
@@ -193,7 +207,7 @@ class Trainer:
 
         for line in run_notes(self.config, self.recipe.name, self.planned, self.steps_plan,
                               self._stop_at(), self.folder.root, data.note, self.noise,
-                              self.rt.backend, self.console.width):
+                              self.rt.backend, self.console.width, self._parameters()):
             self.console.print(line, soft_wrap=isinstance(line, Text))  # the plan's tables wrap
         self.folder.write_record(self.spec.model_dump(mode="json", exclude_none=True),
                                  self.config.to_json(), self.planned)
@@ -227,6 +241,12 @@ class Trainer:
         mismatch = self._mismatch(found)
         if mismatch and not cfg.force_replan:
             raise ckpt.refuse(found.path, mismatch)
+        if bool(found.payload.get("sharded")) != (self.steps_plan.split.parallel == "fsdp"):
+            kind = "a folder of shards" if found.payload.get("sharded") else "a whole-model file"
+            raise DateError(f"{found.path}: {kind}, which a train.parallel: "
+                            f"{self.spec.train.parallel} run cannot read, even with "
+                            "--force-replan; resume with the train.parallel it was written "
+                            "with, or choose another --output-dir.")
         return found
 
     def _mismatch(self, found: ckpt.Found) -> str | None:

@@ -12,7 +12,7 @@ from rich.text import Text
 from date_engine.catalog import step_path
 from date_engine.forecast import HELD_OUT_MISS
 from date_engine.plan import Plan, fmt
-from date_engine.runplan import BatchSplit, RunPlan
+from date_engine.runplan import BatchSplit, RunPlan, Sharding
 from date_engine.view.chart import Series, line_chart
 
 __all__ = ["describe_optimizer", "describe_split", "render_comparison", "render_plan",
@@ -28,8 +28,10 @@ def scheme_name(plan: Plan) -> str:
     return f"{plan.scaling} scaling + {plan.warmup} warmup"
 
 
-def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64) -> RenderableType:
-    """Everything ``date plan`` prints for one plan and its batch split."""
+def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64,
+                sharding: Sharding | None = None) -> RenderableType:
+    """Everything ``date plan`` prints for one plan, its batch split and how the processes hold
+    the model."""
     parts: list[RenderableType] = [
         Text(title, style="bold"),
         Text(
@@ -42,6 +44,7 @@ def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64
         _phases_table(plan),
         *_ramp_table(plan, split),
         _split_line(split),
+        *_sharding_lines(sharding),
         _optimizer_line(plan),
         Text("\nLearning rate per optimizer step", style="bold"),
         line_chart(
@@ -223,6 +226,37 @@ def _split_line(split: BatchSplit) -> Text:
     text = Text("Batch split: ", style="bold")
     text.append(describe_split(split))
     return text
+
+
+def _sharding_lines(sharding: Sharding | None) -> list[Text]:
+    """How the processes hold the model: shown for a sharded model, or for several processes."""
+    if sharding is None or not (sharding.sharded or sharding.world_size > 1):
+        return []
+    text = Text("Parallel: ", style="bold")
+    if sharding.sharded:
+        text.append(f"fsdp — parameters, gradients and optimizer state sharded over "
+                    f"{sharding.world_size} process{'es' if sharding.world_size != 1 else ''}")
+    else:
+        text.append("ddp — every process holds the whole model")
+    held = sharding.bytes_per_process()
+    if held is not None:
+        text.append(f"; per process {_bytes(held['parameters'])} of parameters, "
+                    f"{_bytes(held['gradients'])} of gradients, "
+                    f"{_bytes(held['optimizer_state'])} of optimizer state "
+                    f"(P = {sharding.parameters:,}, fp32")
+        text.append(f", each ÷ {sharding.world_size})" if sharding.sharded else ")")
+    lines = [text, Text(f"Collectives per step: {sharding.collectives()}")]
+    if sharding.sharded:
+        lines.append(Text("The gradient noise scale is not measured under fsdp (a measured "
+                          "ramp and date probe need --parallel ddp).", style="dim"))
+    return lines
+
+
+def _bytes(count: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} B"
 
 
 def _how_sure(plan: Plan) -> Text:

@@ -97,9 +97,11 @@ def render_summary(summary: RunSummary, plan: Plan, split: BatchSplit,
 
 
 def run_notes(config, recipe: str, planned: RunPlan, steps_plan: RunPlan, stop_at: int, folder,
-              data_note: str, noise, backend: str | None, width: int) -> list:
+              data_note: str, noise, backend: str | None, width: int,
+              parameters: int | None = None) -> list:
     """What ``date scale`` shows before its first step: the plan (or, brief, one line), then
-    notes on the data, the noise scale, a dry run and a measured ramp."""
+    notes on the data, the noise scale, a dry run and a measured ramp. ``parameters``: the
+    model's, for the bytes each process holds under fsdp."""
     from date_engine.view.plan import describe_split, render_plan
 
     plan, lines = planned.plan, []
@@ -109,11 +111,12 @@ def run_notes(config, recipe: str, planned: RunPlan, steps_plan: RunPlan, stop_a
                           f"{describe_split(planned.split)}) into {folder}"))
     else:
         lines.append(render_plan(plan, planned.split, f"date scale {config.spec_path} — recipe "
-                                 f"{recipe}", chart_width=min(width - 14, 72)))
+                                 f"{recipe}", chart_width=min(width - 14, 72),
+                                 sharding=planned.sharding(parameters)))
     if data_note:
         lines.append(note_line(data_note))
     if noise is None and config.measure_noise and not config.dry_run and not plan.ramp \
-            and not config.brief:
+            and not config.brief and planned.split.parallel != "fsdp":
         lines.append(note_line(
             "the gradient noise scale is not measured: each step sees one gradient (one "
             "process, no accumulation); a --micro-batch below the batch measures it."))

@@ -1,0 +1,120 @@
+"""`date scale --parallel fsdp` end to end: 2 processes (torchrun, gloo) sharding lenet-digits with
+FSDP2 train as 2 DDP replicas do, stop and resume bit-exact, and their folder of shards resumes at
+another number of processes.
+
+Float tolerance: the two reduce the gradient in another order (DDP's all-reduce, FSDP2's
+reduce-scatter), so the weights agree to rounding and no closer. Each optimizer runs at a learning
+rate at which 100 steps do not amplify rounding: at lenet-digits' own LRs two DDP runs that differ
+only in the split of the batch (2 processes or 2 accumulation steps) already differ by 0.19 after
+100 steps (LARS at 0.002), and Adam's first steps move every weight by about its LR whatever the
+sign of a gradient of 1e-9 (hence ε = 1e-3).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.runs import SPEC, date, final_model, max_relative_difference, metrics
+
+pytestmark = pytest.mark.slow
+
+STEPS = 100
+OPTIMIZERS = {  # name: the overrides of lenet-digits (DATE over RMSprop as shipped)
+    "date-momentum": ["baseline.optimizer.name=momentum", "baseline.lr=0.01"],
+    "date-adam": ["baseline.optimizer.name=adam", "baseline.lr=1e-4",
+                  "baseline.optimizer.eps=1e-3"],
+    "lars": ["baseline.optimizer.name=lars", "baseline.lr=5e-4", "date.layer_ratio.mode=off"],
+    "lamb": ["baseline.optimizer.name=lamb", "baseline.lr=1e-4", "date.layer_ratio.mode=off"],
+}
+RATIOS = ("ratio_min", "ratio_median", "ratio_max")
+
+
+def _sets(overrides: list[str]) -> list[str]:
+    return [arg for o in overrides for arg in ("--set", o)]
+
+
+def _scale(out, *args, nproc=2, steps=STEPS, overrides=()):
+    result = date("scale", SPEC, "--batch", 64, "--nproc", nproc, "--max-steps", steps,
+                  "-o", out, *_sets(list(overrides)), *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_fsdp_trains_as_ddp_step_for_step(name, tmp_path):
+    ddp, fsdp = tmp_path / "ddp", tmp_path / "fsdp"
+    _scale(ddp, "--parallel", "ddp", overrides=OPTIMIZERS[name])
+    sharded = _scale(fsdp, "--parallel", "fsdp", overrides=OPTIMIZERS[name])
+    assert "Parallel: fsdp" in sharded.stdout
+    assert list((fsdp / "checkpoints").glob("step-*.dcp")), "fsdp writes a folder of shards"
+    a, b = final_model(ddp), final_model(fsdp)
+    assert a.keys() == b.keys()
+    assert max_relative_difference(a, b) <= 1e-5
+    logged_a, logged_b = metrics(ddp), metrics(fsdp)
+    assert [r["step"] for r in logged_a] == [r["step"] for r in logged_b]
+    for x, y in zip(logged_a, logged_b):
+        # the gradient's norm: a gradient summed over the processes, not averaged (pytorch
+        # 162338, gloo has no AVG), would read twice as large
+        if "grad_norm" in x:
+            assert y["grad_norm"] == pytest.approx(x["grad_norm"], rel=1e-4)
+        for key in RATIOS:  # the per-layer ratios each step applied
+            if key in x:
+                assert y[key] == pytest.approx(x[key], rel=1e-4), (key, x["step"])
+    if name.startswith("date"):
+        assert any(key in x for x in logged_a for key in RATIOS)
+
+
+@pytest.fixture(scope="module")
+def fsdp_twenty(tmp_path_factory):
+    """20 uninterrupted steps of DATE(momentum) on 2 processes under fsdp, a checkpoint every 4
+    (one epoch of lenet-digits at batch 64 is 22 steps: every split of a step's batch reads the
+    same samples within it)."""
+    out = tmp_path_factory.mktemp("fsdp") / "whole"
+    _scale(out, "--parallel", "fsdp", "--set", "train.checkpoint_every=4", steps=20,
+           overrides=OPTIMIZERS["date-momentum"])
+    return out
+
+
+def test_a_killed_fsdp_process_is_restarted_and_resumes_bit_exact(fsdp_twenty, tmp_path):
+    out = tmp_path / "killed"
+    killed = date("scale", SPEC, "--batch", 64, "--nproc", 2, "--max-steps", 20, "-o", out,
+                  "--parallel", "fsdp", "--set", "train.checkpoint_every=4",
+                  *_sets(OPTIMIZERS["date-momentum"]), "--max-restarts", 1,
+                  "--recipe", "tests.fault_recipes:lenet_digits_killed",
+                  env={"DATE_TEST_KILL_AT": "11"})  # rank 0 SIGKILLed in step 11; step 8 saved
+    assert killed.returncode == 0, killed.stdout + killed.stderr
+    assert "resuming from" in killed.stdout and "step-00000008.dcp" in killed.stdout
+    a, b = final_model(fsdp_twenty), final_model(out)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert metrics(out) == metrics(fsdp_twenty)
+
+
+@pytest.mark.parametrize("first, then", [(2, 1), (1, 2)])
+def test_a_folder_of_shards_resumes_at_another_number_of_processes(first, then, fsdp_twenty,
+                                                                   tmp_path):
+    out = tmp_path / "moved"
+    _scale(out, "--parallel", "fsdp", nproc=first, steps=10,
+           overrides=OPTIMIZERS["date-momentum"])
+    refused = date("scale", SPEC, "--batch", 64, "--nproc", then, "-o", out, "--resume",
+                   "--parallel", "fsdp", "--max-steps", 20, *_sets(OPTIMIZERS["date-momentum"]))
+    assert refused.returncode == 2 and "--force-replan" in refused.stderr
+    moved = _scale(out, "--parallel", "fsdp", "--resume", "--force-replan", nproc=then,
+                   steps=20, overrides=OPTIMIZERS["date-momentum"])
+    assert "continuing its weights at step 10" in " ".join(moved.stdout.split())
+    assert max_relative_difference(final_model(fsdp_twenty), final_model(out)) <= 1e-5
+
+
+def test_a_checkpoint_of_the_other_parallel_kind_is_refused(fsdp_twenty, tmp_path):
+    out = tmp_path / "ddp"
+    _scale(out, "--parallel", "ddp", steps=4, overrides=OPTIMIZERS["date-momentum"])
+    refused = date("scale", SPEC, "--batch", 64, "--nproc", 2, "-o", out, "--resume",
+                   "--parallel", "fsdp", "--force-replan", *_sets(OPTIMIZERS["date-momentum"]))
+    assert refused.returncode == 2
+    assert "train.parallel: ddp" in " ".join(refused.stderr.split()) or \
+        "whole-model file" in " ".join(refused.stderr.split())
+    assert "Traceback" not in refused.stderr
+    plan = json.loads((fsdp_twenty / "plan.json").read_text())
+    assert plan["parallel"] == "fsdp"
