@@ -23,6 +23,9 @@ import hashlib
 import json
 import os
 import shutil
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +55,8 @@ def save(rt, final: Path, payload: dict[str, Any], model, optimizer, ident: str)
         dist.barrier()
     tensors, rest = _split_optimizer(optimizer.state_dict())
     tensors.update({f"model/{k}": v for k, v in model.state_dict().items()})
-    dcp.save(tensors, checkpoint_id=str(tmp))
+    with _alone_is_meant():
+        dcp.save(tensors, checkpoint_id=str(tmp), no_dist=not rt.distributed)
     mine = {p.name: _sha256(p) for p in tmp.iterdir() if p.name.startswith(f"__{rt.rank}_")}
     hashes = [None] * rt.world_size if rt.distributed else [mine]
     if rt.distributed:
@@ -124,7 +128,8 @@ def load(path: Path, payload: dict[str, Any], model, optimizer) -> None:
             param = params[index]
             tensors[key] = torch.empty_like(param, dtype=dtype) if size == tuple(param.shape) \
                 else torch.empty(size, dtype=dtype, device=_local_device(param))
-    dcp.load(tensors, checkpoint_id=str(path))
+    with _alone_is_meant():
+        dcp.load(tensors, checkpoint_id=str(path), no_dist=not dist.is_initialized())
     model.load_state_dict({k: tensors[f"model/{k}"] for k in model_state})
     optimizer.load_state_dict(_join_optimizer(tensors, payload["optimizer"]))
 
@@ -152,6 +157,15 @@ def _join_optimizer(tensors: dict[str, Any], rest: dict[str, Any]) -> dict[str, 
     for index, entries in rest.get("plain_state", {}).items():
         state.setdefault(int(index), {}).update(entries)
     return {**{k: v for k, v in rest.items() if k != "plain_state"}, "state": state}
+
+
+@contextmanager
+def _alone_is_meant() -> Iterator[None]:
+    """Silence DCP's warning that a process without a process group reads or writes alone: one
+    process of an fsdp run does so by design."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def _local_device(t: torch.Tensor) -> torch.device:
