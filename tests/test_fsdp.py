@@ -118,3 +118,27 @@ def test_a_checkpoint_of_the_other_parallel_kind_is_refused(fsdp_twenty, tmp_pat
     assert "Traceback" not in refused.stderr
     plan = json.loads((fsdp_twenty / "plan.json").read_text())
     assert plan["parallel"] == "fsdp"
+
+
+def test_a_transformer_with_a_tied_head_trains_under_fsdp_as_under_ddp(tmp_path):
+    """bert-mlm shards its encoder blocks (its recipe's units: the head reads the token
+    embedding's weight outside the embedding, so the embeddings stay with the root)."""
+    from date_engine.recipes import DataOptions, get_recipe
+    from tests.conftest import RECIPES
+    from tests.test_mlm import corpus
+
+    root = corpus(tmp_path / "text", lines=1500)
+    model = {"vocab": 64, "seq_len": 16, "dim": 32, "mlp": 64, "layers": 2}
+    recipe = get_recipe("bert-mlm")
+    data = recipe.build_data(DataOptions(data_dir=str(root)), recipe.parse_options(model))
+    sets = [*(f"model.{k}={v}" for k, v in model.items()), f"train.data_dir={root}",
+            f"baseline.dataset_size={len(data.train)}", "baseline.epochs=8"]
+    runs = {}
+    for parallel in ("ddp", "fsdp"):
+        runs[parallel] = tmp_path / parallel
+        result = date("scale", RECIPES / "bert-mlm.yaml", "--batch", 32, "--nproc", 2,
+                      "--max-steps", 60, "--parallel", parallel, *_sets(sets),
+                      "-o", runs[parallel], timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+    a, b = final_model(runs["ddp"]), final_model(runs["fsdp"])
+    assert a.keys() == b.keys() and max_relative_difference(a, b) <= 1e-5

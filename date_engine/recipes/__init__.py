@@ -104,7 +104,9 @@ class Recipe:
     shard_units: Callable[[Any], list[Any]] | None = None
     """``shard_units(model)``: the modules ``train.parallel: fsdp`` shards as one unit each (their
     parameters are gathered together while they compute). None: the default of
-    :func:`date_engine.train.runtime.shard_units`, each top-level block that holds parameters."""
+    :func:`date_engine.train.runtime.shard_units`, each top-level block that holds parameters. A
+    model that reads a block's parameter outside the block's own forward (a head tied to the
+    embedding through ``F.linear``) must name its units, leaving that block with the root."""
 
     def parameter_count(self, options: Any) -> int:
         """The model's parameters, counted on torch's meta device: no memory, no weights (imports

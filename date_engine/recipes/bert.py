@@ -132,5 +132,12 @@ def bert_mlm() -> Recipe:
         options=BertOptions,
         description="A small BERT trained by masked-language modelling; masked-token accuracy "
                     "on valid.txt.",
-        requires=(("tokenizers", "text", "trains its WordPiece vocabulary"),))
+        requires=(("tokenizers", "text", "trains its WordPiece vocabulary"),),
+        shard_units=_shard_units)
+
+
+def _shard_units(model) -> list:
+    """Under fsdp, each encoder block is a unit; the embeddings stay with the root, whose head
+    reads the token embedding's weight (tied) outside the embedding module."""
+    return list(model.encoder.blocks)
 
