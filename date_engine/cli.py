@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import sys
@@ -163,10 +164,21 @@ def plan_command(
     compare: Annotated[bool, _flag("--compare", help="Show beside it the other rule (the "
                                    "paper's, or DATE's default) and linear scaling + constant "
                                    "warmup (Goyal et al.).")] = False,
+    devices: Annotated[Optional[int], _opt(
+        "--devices", min=1, help="Forecast the wall-clock time on this many devices (with "
+        "--bench; the batch is split over them as over --nproc processes).")] = None,
+    bench: Annotated[Optional[Path], _path_opt(
+        "--bench", help="bench.json from date bench on your hardware: the step times the "
+        "forecast is built from.")] = None,
+    baseline_devices: Annotated[Optional[int], _opt(
+        "--baseline-devices", min=1, help="Devices the baseline runs on, for the speedup "
+        "(default: its batch ÷ the micro-batch).")] = None,
+    link: LinkOpt = None,
 ) -> None:
     """Show every number DATE derives for BATCH, with its formula, before any training: by
     default the optimizer family's rule (k^p·η0 and the optimizer's batch-dependent settings);
-    --set date.rule=paper for the paper's √k·η0."""
+    --set date.rule=paper for the paper's √k·η0. With --devices and --bench: the time of a step,
+    of the run and of the baseline, and the speedup."""
     from date_engine.runplan import resolve_plan
     from date_engine.sweep.schemes import SCHEMES, scheme_spec
 
@@ -175,6 +187,7 @@ def plan_command(
             output_file(plot, "--plot", (".png", ".pdf", ".svg"))
         path, spec = _spec(spec_arg, overrides, probe, budget, parallel)
         size, recipe = parse_size(batch, "--batch"), _known_recipe(spec)
+        nproc, timed = _devices(nproc, devices, bench, link)
         parameters = None
         if spec.train.parallel == "fsdp" and recipe is not None:  # the bytes each process holds
             parameters = recipe.parameter_count(recipe.parse_options(spec.model))
@@ -189,15 +202,71 @@ def plan_command(
             from date_engine.view.plots import save_lr_plot
 
             save_lr_plot(plot, [(scheme_name(planned.plan), planned.plan), *others.items()])
+        times = timed and _forecasts(timed, spec, planned, size, micro_batch, recipe,
+                                     baseline_devices)
         if as_json:
             document = planned.document(parameters)
             if others:
                 document["compare"] = {name: p.to_dict() for name, p in others.items()}
+            if times:
+                document["time"] = {**times[spec.date.budget].to_dict(), "budgets": {
+                    name: {"steps": t.steps, "run_seconds": t.run_seconds,
+                           "speedup": t.speedup} for name, t in times.items()}}
             print(json.dumps(document, indent=2))
         else:
             _print_plan(path, spec, planned, others, parameters)
+            if times:
+                from date_engine.view.timing import render_time
+
+                Console(highlight=False).print(render_time(times[spec.date.budget], times))
         if plot is not None:
             Console(stderr=True).print(f"LR curve written to {plot}", markup=False)
+
+
+def _devices(nproc: int, devices: int | None, bench: Path | None, link: str | None):
+    """(the processes the batch is split over, (bench, link) or None) for --devices and --bench,
+    refused in one sentence where they do not go together."""
+    from date_engine.timing import Bench, parse_link
+
+    if devices is not None and nproc != 1 and devices != nproc:
+        raise DateError(f"--devices {devices} and --nproc {nproc} disagree; give one of them.")
+    if devices is not None and bench is None:
+        raise DateError("--devices forecasts the time from the step times date bench measures: "
+                        "run date bench SPEC -o bench/ on your hardware, then add --bench "
+                        "bench/bench.json.")
+    if bench is None:
+        if link is not None:
+            raise DateError("--link goes with --bench (it replaces the bench's measured link).")
+        return nproc, None
+    measured = Bench.read(bench)
+    given = parse_link(link) if link is not None else None
+    count = devices or nproc
+    if count > 1 and given is None and measured.link.source == "none":
+        raise DateError(f"{bench}: date bench --nproc 1 timed no all-reduce, which {count} "
+                        "devices need; run date bench --nproc 2, or give --link "
+                        "BANDWIDTH,LATENCY.")
+    return count, (measured, given)
+
+
+def _forecasts(timed, spec: Spec, planned, size: int, micro_batch: int | None, recipe,
+               baseline_devices: int | None) -> dict:
+    """The time forecast of every budget the spec can plan (same-epochs; hold and ramp with a
+    probe), the spec's own among them."""
+    from date_engine.runplan import resolve_plan
+    from date_engine.timing import forecast
+
+    bench, link = timed
+    if recipe is not None and bench.recipe != recipe.name:
+        raise DateError(f"--bench: it timed recipe {bench.recipe}, not {recipe.name}; run date "
+                        "bench on this spec.")
+    budgets = ["same-epochs", *(("hold", "ramp") if spec.date.probe is not None else ())]
+    times = {}
+    for name in budgets:
+        each = planned if name == spec.date.budget else resolve_plan(
+            spec.model_copy(update={"date": spec.date.model_copy(update={"budget": name})}),
+            size, planned.split.world_size, micro_batch, recipe)
+        times[name] = forecast(bench, each, baseline_devices, link)
+    return times
 
 
 def _known_recipe(spec: Spec):
@@ -481,6 +550,69 @@ def _probe_folder(output_dir: Path | None, recipe: str, spec: Spec) -> tuple[Pat
         raise DateError(f"{folder} holds an interrupted probe of another spec ({folder / 'run'}); "
                         "choose another --output-dir, or remove that folder.")
     raise DateError(f"runs/{recipe}-probe: every numbered folder is taken; pass --output-dir.")
+
+
+# ---------------------------------------------------------------------------------- date bench
+
+LinkOpt = Annotated[Optional[str], _opt(
+    "--link", metavar="BANDWIDTH,LATENCY", help="The fabric's all-reduce link, e.g. 25GB/s,5us "
+    "(NVLink, InfiniBand), instead of the one measured here.")]
+MicroBatchesOpt = Annotated[Optional[str], _opt(
+    "--micro-batches", help="Micro-batch sizes to time, comma-separated (default: the recipe's "
+    "micro-batch, its half and its quarter).")]
+
+
+@app.command("bench", epilog="Example: date bench lenet-mnist --nproc 2 -o bench/, then date plan "
+             "lenet-mnist --batch 8k --devices 64 --bench bench/bench.json")
+def bench_command(
+    spec_arg: SpecArg, nproc: NprocOpt = 2, link: LinkOpt = None,
+    micro_batches: MicroBatchesOpt = None, overrides: SetOpt = None,
+    output_dir: Annotated[Path, _path_opt("--output-dir", "-o", help="Folder for bench.json.")]
+    = Path("bench"),
+) -> None:
+    """Time the recipe's forward and backward pass, the optimizer's step and an all-reduce on this
+    machine (minutes): writes bench.json for date plan --devices N --bench."""
+    with user_errors():
+        from date_engine.timing import parse_link
+
+        path, spec = _spec(spec_arg, overrides)
+        recipe = _recipe_to_train(path, spec, spec.recipe)
+        _check_launch(nproc, None, None, None)
+        given = parse_link(link) if link is not None else None
+        if micro_batches is None:
+            most = recipe.default_micro_batch
+            sizes = sorted({max(1, most // 4), max(1, most // 2), most})
+        else:
+            sizes = sorted({parse_size(x, "--micro-batches") for x in micro_batches.split(",")})
+        output = output_folder(output_dir, "--output-dir") / "bench.json"
+        config = json.dumps({"spec": spec.model_dump(mode="json", exclude_none=True),
+                             "spec_path": str(path), "recipe": spec.recipe or recipe.name,
+                             "micro_batches": sizes, "output": str(output.absolute()),
+                             "link": given and dataclasses.asdict(given)})
+    code = _run_bench(config, nproc)
+    if code:
+        raise typer.Exit(code)
+    from date_engine.timing import Bench
+    from date_engine.view.timing import render_bench
+
+    Console(highlight=False).print(render_bench(Bench.read(output), output))
+
+
+def _run_bench(config: str, nproc: int) -> int:
+    from date_engine.train.launch import LaunchOptions, elastic
+
+    if nproc == 1:
+        import tempfile
+
+        from date_engine.train import bench
+
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            f.write(config)
+        try:
+            return bench.main(["--config", f.name])
+        finally:
+            Path(f.name).unlink(missing_ok=True)
+    return elastic(config, LaunchOptions(nproc=nproc), module="date_engine.train.bench")
 
 
 # ---------------------------------------------------------------------------------- date sweep

@@ -16,7 +16,7 @@ from date_engine.runfolder import RunFolder
 from date_engine.train.config import RunConfig
 from date_engine.train.runtime import die_with_parent, job_environment
 
-__all__ = ["LaunchOptions", "launch", "torchrun_arguments"]
+__all__ = ["LaunchOptions", "elastic", "launch", "torchrun_arguments"]
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,10 @@ def _print_record(config: RunConfig, code: int) -> int:
     return code
 
 
-def torchrun_arguments(config_path: Path, options: LaunchOptions) -> list[str]:
-    """The torchrun command line (without the program name) that starts this job's workers."""
+def torchrun_arguments(config_path: Path, options: LaunchOptions,
+                       module: str = "date_engine.train.worker") -> list[str]:
+    """The torchrun command line (without the program name) that starts this job's workers:
+    ``python -m module --config config_path`` each."""
     args = ["--nproc-per-node", str(options.nproc), "--max-restarts", str(options.max_restarts),
             "--monitor-interval", "0.5"]
     if options.nnodes == 1 and options.rdzv_endpoint is None and options.node_rank is None:
@@ -97,7 +99,7 @@ def torchrun_arguments(config_path: Path, options: LaunchOptions) -> list[str]:
         args += ["--nnodes", str(options.nnodes), "--rdzv-backend", options.rdzv_backend,
                  "--rdzv-endpoint", options.rdzv_endpoint or "127.0.0.1:29400",
                  "--rdzv-id", options.rdzv_id]
-    return args + ["-m", "date_engine.train.worker", "--config", str(config_path)]
+    return args + ["-m", module, "--config", str(config_path)]
 
 
 def _elastic(config: RunConfig, options: LaunchOptions) -> int:
@@ -105,15 +107,22 @@ def _elastic(config: RunConfig, options: LaunchOptions) -> int:
     own (the run folder's record is written by the run, after its checks). Ctrl-C or SIGTERM to
     this process: the agent passes SIGTERM on, every worker finishes its step and checkpoints, and
     the exit code is 130 / 143."""
+    return elastic(config.to_json(), options)
+
+
+def elastic(config_json: str, options: LaunchOptions,
+            module: str = "date_engine.train.worker") -> int:
+    """Workers ``python -m module --config FILE`` under torch's elastic agent, FILE holding
+    ``config_json``, each with its share of this machine's CPU threads; the job's exit code."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
     with tempfile.NamedTemporaryFile("w", prefix="date-launch-", suffix=".json", delete=False) as f:
-        f.write(config.to_json())
+        f.write(config_json)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads_per_process(options.nproc)))
     try:
-        run(get_args_parser().parse_args(torchrun_arguments(Path(f.name), options)))
+        run(get_args_parser().parse_args(torchrun_arguments(Path(f.name), options, module)))
         return 0
     except ChildFailedError as failure:
         return job_exit_code([f.exitcode for f in failure.failures.values()])

@@ -1,0 +1,119 @@
+"""Does the time model hold here? `date plan --bench`'s forecast against what `date scale` measures.
+
+    python benchmarks/time_model.py [--out /tmp/time-model] [--batches 512,2048]
+
+For lenet-mnist and lstm-mnist (1 epoch: benchmarks/*-1ep.yaml, MNIST in data/mnist) at 1 and 2
+processes (gloo): `date bench --nproc P`, then for each batch a whole 1-epoch `date scale` run
+logging every 5 steps. The measured step time is the median over the run's log intervals (after
+the first) of Δ training seconds / Δ steps; the measured run time is the training seconds at its
+last step (evaluations left out, as the model leaves them out). The forecast is `date plan --json
+--bench`'s ``time.step_seconds`` and ``time.run_seconds`` (no overlap). Then the link: an
+all-reduce of a size the bench did not time (3 MiB), timed on its own at 2 processes, against
+2(N−1)α + 2(N−1)/N · bytes/β from the 2-process bench. Prints one table; exit 1 if a ratio is
+outside [0.7, 1.3]. Run it on an idle machine: the bench and the runs must see the same CPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = {"lenet-mnist": ROOT / "benchmarks" / "lenet-mnist-1ep.yaml",
+         "lstm-mnist": ROOT / "benchmarks" / "lstm-mnist-1ep.yaml"}
+SIZE = 3 << 20  # bytes of the all-reduce timed on its own
+
+
+def date(*args: object) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "date_engine", *map(str, args)], cwd=ROOT,
+                            capture_output=True, text=True, env={**os.environ, "COLUMNS": "120"})
+    if result.returncode:
+        sys.exit(f"date {' '.join(map(str, args))} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def measured(run: Path) -> tuple[float, float]:
+    """(median seconds per step between log lines after the first, training seconds at the
+    end)."""
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [(r["step"], r["time_s"]) for r in lines if "loss" in r and "time_s" in r]
+    per_step = [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in zip(steps[1:], steps[2:])]
+    return statistics.median(per_step), steps[-1][1]
+
+
+def allreduce_worker(size: int, repeats: int = 30) -> None:
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    buffer = torch.zeros(size // 4)
+    for _ in range(5):
+        dist.all_reduce(buffer)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        dist.all_reduce(buffer)
+        times.append(time.perf_counter() - start)
+    box = torch.tensor([statistics.median(times)], dtype=torch.float64)
+    dist.all_reduce(box, op=dist.ReduceOp.MAX)
+    if dist.get_rank() == 0:
+        print(json.dumps({"seconds": float(box)}))
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="time-model-")))
+    parser.add_argument("--batches", default="512,2048")
+    args = parser.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    rows, worst = [], 0.0
+    for name, spec in SPECS.items():
+        for nproc in (1, 2):
+            bench = args.out / f"bench-{name}-{nproc}"
+            date("bench", spec, "--nproc", nproc, "-o", bench)
+            for batch in batches:
+                run = args.out / f"run-{name}-{nproc}-{batch}"
+                date("scale", spec, "--batch", batch, "--nproc", nproc, "-o", run,
+                     "--set", "train.log_every=5")
+                step, total = measured(run)
+                plan = json.loads(date("plan", spec, "--batch", batch, "--nproc", nproc,
+                                       "--bench", bench / "bench.json", "--json").stdout)
+                f_step, f_total = plan["time"]["step_seconds"], plan["time"]["run_seconds"]
+                rows.append((name, nproc, batch, f_step, step, f_total, total))
+                worst = max(worst, abs(f_step / step - 1), abs(f_total / total - 1))
+    bench = json.loads((args.out / "bench-lenet-mnist-2" / "bench.json").read_text())
+    link = bench["link"]
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc-per-node", "2", __file__, "--allreduce", str(SIZE)],
+                         cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True)
+    timed = json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+    model = 2 * link["alpha"] + SIZE / link["beta"]  # N = 2: 2(N−1)α + 2(N−1)/N · bytes/β
+    worst = max(worst, abs(model / timed - 1))
+    print("| recipe | processes | batch | step: forecast | measured | ratio | run: forecast | "
+          "measured | ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, nproc, batch, fs, s, ft, t in rows:
+        print(f"| {name} | {nproc} | {batch} | {fs * 1e3:.1f} ms | {s * 1e3:.1f} ms | "
+              f"{fs / s:.2f} | {ft:.1f} s | {t:.1f} s | {ft / t:.2f} |")
+    print(f"\nall-reduce of {SIZE / 2**20:.0f} MiB at 2 processes: model {model * 1e3:.2f} ms "
+          f"(α = {link['alpha'] * 1e6:.1f} µs, β = {link['beta'] / 1e9:.2f} GB/s from the bench), "
+          f"timed {timed * 1e3:.2f} ms, ratio {model / timed:.2f}")
+    print(f"worst |ratio − 1|: {worst:.2f} ({'within' if worst <= 0.3 else 'outside'} 30%)")
+    sys.exit(0 if worst <= 0.3 else 1)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--allreduce":
+        allreduce_worker(int(sys.argv[2]))
+    else:
+        main()

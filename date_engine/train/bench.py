@@ -1,0 +1,142 @@
+"""``date bench``: time what a step is made of on this machine, for :mod:`date_engine.timing`.
+
+Every process of the job (``--nproc P``, started by torch's elastic agent as ``date scale``'s are,
+with the threads a run at P processes gets) times, at the same moment:
+
+- the recipe's forward and backward pass on micro-batches of 2–3 sizes (median of repeats after
+  a warm-up), on the model the run builds (plain: the all-reduce is timed on its own);
+- the optimizer step the plan builds (DATE over the baseline's optimizer), over the whole model;
+- with P ≥ 2, an all-reduce of several sizes up to the gradient's, on the run's backend.
+
+Rank 0 fits T_c(b) = a + c·b (averaged over the processes) and the ring all-reduce's α and β, and
+writes bench.json. ``python -m date_engine.train.bench --config <bench config>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from date_engine.machine import describe
+from date_engine.optim.build import build_optimizer
+from date_engine.recipes import DataOptions, get_recipe
+from date_engine.runplan import resolve_plan
+from date_engine.spec import parse_spec
+from date_engine.timing import Bench, Link, fit_line, link_from_points
+from date_engine.train.runtime import die_with_parent, setup, teardown
+from date_engine.train.step import to_device
+
+__all__ = ["main", "measure"]
+
+WARMUP, REPEATS = 3, 15
+ALLREDUCE_SIZES = (1 << 12, 1 << 16, 1 << 20, 1 << 22)
+"""Bytes of the timed all-reduces, besides the gradient's own size."""
+
+
+def _median_seconds(work: Callable[[], object], repeats: int, sync: Callable[[], None]) -> float:
+    for _ in range(WARMUP):
+        work()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(config: dict) -> Bench | None:
+    """Time this process's share; returns the bench on rank 0 (collective in a job)."""
+    rt = setup(force_cpu=config.get("cpu", False))
+    try:
+        spec = parse_spec(config["spec"], source=config["spec_path"])
+        recipe = get_recipe(config["recipe"])
+        options = recipe.parse_options(spec.model)
+        data = recipe.load_data(DataOptions(data_dir=spec.train.data_dir, seed=spec.train.seed),
+                                options, dry_run=True)
+        planned = resolve_plan(spec, spec.baseline.batch_size, recipe=recipe,
+                               dataset_size=len(data.train))
+        torch.manual_seed(spec.train.seed)
+        model = recipe.build_model(options).to(rt.device)
+        optimizer = build_optimizer(model.named_parameters(), planned.plan.optimizer,
+                                    planned.plan.peak_lr)
+        sync = torch.cuda.synchronize if rt.device.type == "cuda" else (lambda: None)
+        repeats = config.get("repeats", REPEATS)
+
+        points = []
+        for micro in config["micro_batches"]:
+            # the first micro-batch the trainer's loader would build (the recipe's collate)
+            loader = torch.utils.data.DataLoader(data.train, batch_size=micro,
+                                                 collate_fn=data.collate)
+            batch = to_device(next(iter(loader)), rt.device)
+
+            def pass_(batch=batch):
+                optimizer.zero_grad(set_to_none=False)
+                with rt.autocast():
+                    loss = recipe.loss(model, batch, data)
+                loss.backward()
+
+            points.append((micro, _median_seconds(pass_, repeats, sync)))
+        step = _median_seconds(optimizer.step, repeats, sync)
+        mine = torch.tensor([s for _, s in points] + [step], dtype=torch.float64)
+        if rt.distributed:  # the mean over the processes that computed side by side
+            dist.all_reduce(mine)
+            mine /= rt.world_size
+        points = [(m, float(s)) for (m, _), s in zip(points, mine[:-1].tolist())]
+        step = float(mine[-1])
+
+        parameters = sum(p.numel() for p in model.parameters())
+        gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
+                             if p.requires_grad)
+        reduced = []
+        if rt.distributed:
+            for size in sorted({*ALLREDUCE_SIZES, gradient_bytes}):
+                buffer = torch.zeros(max(1, size // 4), device=rt.device)
+                seconds = _median_seconds(lambda b=buffer: dist.all_reduce(b), repeats, sync)
+                box = torch.tensor([seconds], dtype=torch.float64)
+                dist.all_reduce(box, op=dist.ReduceOp.MAX)  # the slowest process's
+                reduced.append((size, float(box)))
+        if not rt.is_main:
+            return None
+        a, c = fit_line([(float(m), s) for m, s in points])
+        given = config.get("link")
+        notes = []
+        if given is not None:
+            link = Link(**given)
+        elif reduced:
+            link = link_from_points(reduced, rt.world_size)
+        else:
+            link = Link(0.0, 1.0, "none")
+            notes.append("one process: no all-reduce was timed; forecasts for more than one "
+                         "device need date bench --nproc 2 or --link.")
+        return Bench(recipe.name, describe(), torch.__version__, rt.device.type,
+                     rt.backend or "none", rt.world_size, torch.get_num_threads(), parameters,
+                     gradient_bytes, a, c, step, link, tuple(points), tuple(reduced),
+                     tuple(notes))
+    finally:
+        teardown(rt)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", required=True, help="the bench's config, as JSON")
+    args = parser.parse_args(argv)
+    die_with_parent()
+    config = json.loads(Path(args.config).read_text())
+    bench = measure(config)
+    if bench is not None:
+        bench.write(Path(config["output"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

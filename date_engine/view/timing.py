@@ -1,0 +1,92 @@
+"""What ``date bench`` measured and what ``date plan --devices N --bench`` forecasts, shown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from date_engine.timing import Bench, Link, TimeForecast
+
+__all__ = ["describe_link", "render_bench", "render_time", "seconds"]
+
+
+def seconds(value: float) -> str:
+    """A duration in the unit a person books by: µs, ms, s, min, h or days."""
+    if value < 1e-3:
+        return f"{value * 1e6:.3g} µs"
+    if value < 1:
+        return f"{value * 1e3:.3g} ms"
+    if value < 120:
+        return f"{value:.3g} s"
+    if value < 2 * 3600:
+        return f"{value / 60:.3g} min"
+    if value < 72 * 3600:
+        return f"{value / 3600:.3g} h"
+    return f"{value / 86400:.3g} days"
+
+
+def describe_link(link: Link) -> str:
+    if link.source == "none":
+        return "none timed (one process)"
+    return (f"α = {seconds(link.alpha)} per message, β = {link.beta / 1e9:.3g} GB/s "
+            f"({'given by --link' if link.source == '--link' else 'measured'})")
+
+
+def render_bench(bench: Bench, path: Path) -> RenderableType:
+    table = Table(title=f"date bench — recipe {bench.recipe}, {bench.processes} process"
+                        f"{'es' if bench.processes != 1 else ''} × {bench.threads} thread"
+                        f"{'s' if bench.threads != 1 else ''}, {bench.device} ({bench.backend})",
+                  title_justify="left")
+    table.add_column("what")
+    table.add_column("measured")
+    table.add_column("fit")
+    points = ", ".join(f"{m}: {seconds(s)}" for m, s in bench.compute_points)
+    table.add_row("forward + backward, per micro-batch", points,
+                  f"T_c(b) = {seconds(bench.compute_fixed)} + {seconds(bench.compute_per_sample)}"
+                  " · b")
+    table.add_row("optimizer step", seconds(bench.optimizer_seconds), "")
+    reduced = ", ".join(f"{_bytes(b)}: {seconds(s)}" for b, s in bench.allreduce_points)
+    table.add_row("all-reduce", reduced or "—",
+                  describe_link(bench.link) + ("" if bench.link.source == "none" else
+                                               "; T = 2(N−1)α + 2(N−1)/N · bytes/β"))
+    lines: list[RenderableType] = [table, Text(
+        f"{bench.parameters:,} parameters, {_bytes(bench.gradient_bytes)} of gradient; "
+        f"{bench.machine}, torch {bench.torch}. Written to {path}.")]
+    lines += [Text(f"note: {n}", style="yellow") for n in bench.notes]
+    return Group(*lines)
+
+
+def render_time(forecast: TimeForecast, budgets: dict[str, TimeForecast]) -> RenderableType:
+    """The forecast table: one step, the whole run per budget, the baseline, the speedup."""
+    step = forecast.step
+    table = Table(title=f"Time on {forecast.devices} device{'s' if forecast.devices != 1 else ''}"
+                        " (a forecast)", title_justify="left")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_column("from")
+    table.add_row("compute", seconds(step.compute), "accumulation · T_c(micro-batch)")
+    table.add_row("all-reduce", seconds(step.communication),
+                  f"2(N−1)α + 2(N−1)/N · gradient/β, N = {forecast.devices}")
+    table.add_row("optimizer", seconds(step.optimizer), "bench")
+    table.add_row("one step", f"{seconds(step.overlap)} – {seconds(step.no_overlap)}",
+                  "full overlap – none")
+    for name, each in budgets.items():
+        table.add_row(f"run, {name}", f"{seconds(each.run_seconds)}",
+                      f"{each.steps:,} steps (overlapped: {seconds(each.run_seconds_overlap)})")
+    table.add_row("baseline", seconds(forecast.baseline_seconds),
+                  f"{forecast.baseline_steps:,} steps on {forecast.baseline_devices} device"
+                  f"{'s' if forecast.baseline_devices != 1 else ''}")
+    table.add_row("speedup", f"{forecast.speedup:.3g}×", "baseline ÷ run (no overlap)")
+    return Group(table, Text(
+        f"Link: {describe_link(forecast.link)}. Left out: data loading, evaluations and "
+        "checkpoints, stragglers and contention; compute is the bench's device's.", style="dim"))
+
+
+def _bytes(count: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.3g} {unit}"
+    return f"{count:.0f} B"

@@ -1,0 +1,211 @@
+"""The time model (date_engine/timing.py) and `date plan --devices N --bench`: the formulas, the
+fits, bench.json's refusals, the forecast in the plan (torch-free)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from date_engine.cli import app
+from date_engine.errors import DateError
+from date_engine.runplan import BatchSplit, resolve_plan
+from date_engine.spec import parse_spec
+from date_engine.timing import (
+    Bench,
+    Link,
+    allreduce_seconds,
+    fit_line,
+    forecast,
+    link_from_points,
+    parse_link,
+    step_time,
+)
+from tests.conftest import ROOT
+
+runner = CliRunner()
+LINK = Link(alpha=20e-6, beta=2e9)
+
+
+def _bench(**changes) -> Bench:
+    values = dict(recipe="lenet-digits", machine="test", torch="2", device="cpu",
+                  backend="gloo", processes=2, threads=1, parameters=1000,
+                  gradient_bytes=4000, compute_fixed=2e-3, compute_per_sample=1e-4,
+                  optimizer_seconds=5e-4, link=LINK)
+    values.update(changes)
+    return Bench(**values)
+
+
+def test_a_ring_all_reduce_costs_latency_and_bandwidth():
+    assert allreduce_seconds(LINK, 1, 10**9) == 0.0
+    assert allreduce_seconds(LINK, 4, 8000) == pytest.approx(6 * 20e-6 + 1.5 * 8000 / 2e9)
+
+
+def test_alpha_and_beta_come_back_from_timed_all_reduces():
+    sizes = [4096, 65536, 1 << 20, 1 << 22]
+    points = [(b, allreduce_seconds(LINK, 2, b)) for b in sizes]
+    link = link_from_points(points, 2)
+    assert link.alpha == pytest.approx(LINK.alpha) and link.beta == pytest.approx(LINK.beta)
+    # the model then predicts a size it was not fitted on
+    assert allreduce_seconds(link, 2, 3 << 20) == pytest.approx(allreduce_seconds(LINK, 2,
+                                                                                  3 << 20))
+
+
+def test_the_line_fit_keeps_both_parts_non_negative():
+    assert fit_line([(1, 3.0), (2, 5.0), (3, 7.0)]) == pytest.approx((1.0, 2.0))
+    intercept, slope = fit_line([(1, 1.0), (2, 0.9), (4, 0.8)])  # noise: a falling time
+    assert slope == 0.0 and intercept == pytest.approx(0.9)
+    intercept, slope = fit_line([(10, 1.0), (20, 3.0)])  # would cross below zero
+    assert intercept == 0.0 and slope > 0
+
+
+@pytest.mark.parametrize("text, alpha, beta", [("25GB/s,5us", 5e-6, 25e9),
+                                               ("100Gb/s,2us", 2e-6, 12.5e9),
+                                               ("900MB/s,1ms", 1e-3, 9e8)])
+def test_link_takes_the_fabric_s_numbers(text, alpha, beta):
+    link = parse_link(text)
+    assert link.alpha == pytest.approx(alpha) and link.beta == pytest.approx(beta)
+    assert link.source == "--link"
+
+
+@pytest.mark.parametrize("text", ["25GB/s", "fast,5us", "25GB/s,5 parsecs", "0GB/s,1us"])
+def test_a_link_that_does_not_read_is_one_sentence(text):
+    with pytest.raises(DateError, match="--link"):
+        parse_link(text)
+
+
+def test_a_step_is_compute_all_reduce_and_update_with_its_bounds():
+    bench = _bench()
+    t = step_time(bench, BatchSplit(64, 4, 2))
+    compute = 2 * (2e-3 + 1e-4 * 64)
+    comm = allreduce_seconds(LINK, 4, 4000)
+    assert t.compute == pytest.approx(compute) and t.communication == pytest.approx(comm)
+    assert t.no_overlap == pytest.approx(compute + comm + 5e-4)
+    assert t.overlap == pytest.approx(max(compute, comm) + 5e-4)
+    assert step_time(bench, BatchSplit(64, 1, 1)).communication == 0.0
+
+
+def _spec(**date_section):
+    return parse_spec({
+        "recipe": "lenet-digits",
+        "baseline": {"batch_size": 16, "lr": 1e-3, "warmup_epochs": 1, "epochs": 60,
+                     "dataset_size": 1437, "optimizer": {"name": "rmsprop"}},
+        "date": date_section,
+    })
+
+
+def test_the_run_the_baseline_and_the_speedup():
+    bench = _bench()
+    planned = resolve_plan(_spec(), 256, world_size=16, micro_batch=16)
+    time = forecast(bench, planned)
+    per_step = step_time(bench, planned.split).no_overlap
+    assert time.run_seconds == pytest.approx(planned.plan.total_iterations * per_step)
+    assert time.baseline_devices == 1  # B0 16 ÷ micro-batch 16
+    base = step_time(bench, BatchSplit(16, 1, 1)).no_overlap
+    assert time.baseline_seconds == pytest.approx(planned.plan.baseline_iterations * base)
+    assert time.speedup == pytest.approx(time.baseline_seconds / time.run_seconds)
+    assert forecast(bench, planned, baseline_devices=4).baseline_devices == 4
+
+
+def test_a_ramp_costs_each_stage_at_its_own_split():
+    from date_engine.forecast import NoiseCurve
+
+    rising = NoiseCurve(a=500.0, beta=1.0, first=0.1, last=1.0)
+    spec = parse_spec({
+        "recipe": "lenet-mnist",
+        "baseline": {"batch_size": 128, "lr": 1e-3, "warmup_epochs": 0.1, "epochs": 10,
+                     "dataset_size": 60000, "optimizer": {"name": "rmsprop"}},
+        "date": {"budget": "ramp", "ramp": "planned"}})
+    planned = resolve_plan(spec, 4096, world_size=8, noise_curve=rising)
+    assert len({st.batch for st in planned.plan.ramp}) > 1
+    bench = _bench(recipe="lenet-mnist")
+    naive = sum(step_time(bench, planned.split_at(s)).no_overlap
+                for s in range(1, planned.plan.total_iterations + 1))
+    assert forecast(bench, planned).run_seconds == pytest.approx(naive)
+
+
+def test_a_bench_file_that_does_not_read_is_one_sentence(tmp_path):
+    missing = tmp_path / "none.json"
+    with pytest.raises(DateError, match="cannot be read"):
+        Bench.read(missing)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(DateError, match="not JSON"):
+        Bench.read(bad)
+    bad.write_text(json.dumps({"format": 99}))
+    with pytest.raises(DateError, match="not a bench.json of this version"):
+        Bench.read(bad)
+    data = _bench().to_dict()
+    data["optimizer_seconds"] = -1
+    bad.write_text(json.dumps(data))
+    with pytest.raises(DateError, match="non-negative"):
+        Bench.read(bad)
+    good = tmp_path / "bench.json"
+    _bench().write(good)
+    assert Bench.read(good) == _bench()
+
+
+def _plan(*args):
+    return runner.invoke(app, ["plan", "lenet-digits", "--batch", "256", *map(str, args)],
+                         env={"COLUMNS": "160"})
+
+
+def test_devices_without_a_bench_says_what_it_needs():
+    result = _plan("--devices", 8)
+    assert result.exit_code == 2
+    assert "date bench" in result.output and "--bench" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_the_plan_forecasts_the_time_on_n_devices(tmp_path):
+    path = tmp_path / "bench.json"
+    _bench().write(path)
+    shown = _plan("--devices", 16, "--bench", path)
+    assert shown.exit_code == 0, shown.output
+    assert "Time on 16 devices (a forecast)" in shown.stdout and "speedup" in shown.stdout
+    document = json.loads(_plan("--devices", 16, "--bench", path, "--json").stdout)
+    from date_engine.recipes import shipped_specs
+    from date_engine.spec import load_spec
+
+    planned = resolve_plan(load_spec(shipped_specs()["lenet-digits"]), 256, world_size=16)
+    expected = forecast(_bench(), planned)
+    assert document["time"]["step_seconds"] == pytest.approx(expected.step.no_overlap)
+    assert document["time"]["speedup"] == pytest.approx(expected.speedup)
+    assert document["world_size"] == 16
+    assert set(document["time"]["budgets"]) == {"same-epochs"}
+    faster = json.loads(_plan("--devices", 16, "--bench", path, "--link", "100GB/s,1us",
+                              "--json").stdout)
+    assert faster["time"]["step_seconds"] < document["time"]["step_seconds"]
+
+
+def test_a_one_process_bench_cannot_forecast_many_devices(tmp_path):
+    path = tmp_path / "bench.json"
+    _bench(link=Link(0.0, 1.0, "none"), processes=1).write(path)
+    result = _plan("--devices", 8, "--bench", path)
+    assert result.exit_code == 2 and "--nproc 2" in result.output
+    assert _plan("--devices", 1, "--bench", path).exit_code == 0
+    assert _plan("--devices", 8, "--bench", path, "--link", "25GB/s,5us").exit_code == 0
+    other = tmp_path / "other.json"
+    _bench(recipe="gnmt").write(other)
+    refused = _plan("--devices", 8, "--bench", other)
+    assert refused.exit_code == 2 and "recipe gnmt" in refused.output
+
+
+def test_the_time_forecast_imports_no_torch(tmp_path):
+    path = tmp_path / "bench.json"
+    _bench().write(path)
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from date_engine.cli import app\n"
+        f"r = CliRunner().invoke(app, ['plan', 'lenet-digits', '--batch', '256', '--devices', "
+        f"'16', '--bench', {str(path)!r}])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         check=True)
+    assert out.stdout.strip() == "[]"
