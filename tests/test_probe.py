@@ -15,6 +15,8 @@ from date_engine.runplan import RunPlan
 from date_engine.spec import parse_spec
 from tests.runs import SHORT, SPEC, date
 
+PROBE = [*SHORT, "--share", "0.1", "--points", "4"]
+
 
 def _spec(**date_section):
     return parse_spec({
@@ -164,7 +166,7 @@ def test_probe_json_is_read_back_or_refused_in_one_sentence(tmp_path):
 @pytest.fixture(scope="module")
 def probed(tmp_path_factory):
     folder = tmp_path_factory.mktemp("probe") / "p"
-    result = date("probe", SPEC, *SHORT, "--share", "0.1", "--points", "4", "-o", folder,
+    result = date("probe", SPEC, *PROBE, "-o", folder, "--set", "train.log_every=2",
                   timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     return folder, result
@@ -191,7 +193,7 @@ def test_date_probe_trains_a_share_of_the_baseline_and_writes_its_forecast(probe
 
 
 @pytest.mark.slow
-def test_an_interrupted_probe_is_continued_by_the_same_command(tmp_path):
+def test_an_interrupted_probe_is_continued_by_the_same_command(probed, tmp_path):
     """A probe stopped by SIGTERM once left its folder refused ("already holds a probe") with
     nothing in it to use; the same command now continues its training from the checkpoint the
     signal wrote, to the probe an uninterrupted one writes. Its output is one line of what it
@@ -202,8 +204,7 @@ def test_an_interrupted_probe_is_continued_by_the_same_command(tmp_path):
     from tests.test_faults import logged_steps, wait_for
 
     folder = tmp_path / "p"
-    args = ["probe", SPEC, *SHORT, "--share", "0.1", "--points", "4", "-o", folder,
-            "--set", "train.log_every=2"]
+    args = ["probe", SPEC, *PROBE, "-o", folder, "--set", "train.log_every=2"]
     first = start(*args)
     wait_for(lambda: logged_steps(folder / "run") >= 3, what="three logged steps")
     first.send_signal(signal.SIGTERM)
@@ -213,9 +214,7 @@ def test_an_interrupted_probe_is_continued_by_the_same_command(tmp_path):
     again = date(*args)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "continuing the interrupted probe" in again.stderr
-    whole = tmp_path / "whole"
-    assert date(*args[:-3], whole, *args[-2:]).returncode == 0
-    got, want = Probe.read(folder / "probe.json"), Probe.read(whole / "probe.json")
+    got, want = Probe.read(folder / "probe.json"), Probe.read(probed[0] / "probe.json")
     assert got.steps == want.steps and len(got.points) == len(want.points)
     # the same training (resumed bit for bit); the pair product restarts after the resume
     assert [p.grad_trace for p in got.points] == pytest.approx([p.grad_trace for p in want.points],

@@ -238,3 +238,30 @@ def test_the_vit_reads_28_pixel_images_and_refuses_a_patch_that_does_not_tile():
                        ({"dim": 30, "heads": 4}, "dim 30 does not split into 4 heads")):
         with pytest.raises(DateError, match=words):
             recipe.parse_options(bad)
+
+
+def test_the_digits_are_scikit_learns_and_split_as_it_splits_them():
+    """lenet-digits reads scikit-learn's digits file without importing scikit-learn and splits it
+    with the stored indices: both as load_digits and train_test_split(random_state=0) give."""
+    import torch
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    from date_engine.recipes import DataOptions, get_recipe
+
+    data = get_recipe("lenet-digits").build_data(DataOptions(), None)
+    x, y = load_digits(return_X_y=True)
+    xtr, xte, ytr, yte = train_test_split(x, y, test_size=360, stratify=y, random_state=0)
+    for got, want in ((data.train, (xtr, ytr)), (data.eval, (xte, yte))):
+        images, labels = got.tensors
+        assert torch.equal(images, torch.tensor(want[0], dtype=torch.float32).view(-1, 1, 8, 8)
+                           / 16.0)
+        assert torch.equal(labels, torch.tensor(want[1], dtype=torch.long))
+
+
+def test_without_scikit_learn_the_digits_recipe_says_how_to_install_it():
+    from tests.test_newcomer import blocked
+
+    result = blocked("sklearn", "scale", "lenet-digits", "--batch", "16", "--max-steps", "1")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "pip install scikit-learn" in result.stderr and "Traceback" not in result.stderr

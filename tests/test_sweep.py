@@ -151,7 +151,7 @@ def test_an_interrupted_sweep_resumes_its_cell_exactly(tmp_path):
         "--schemes",
         "date",
         "--set",
-        "baseline.epochs=12",
+        "baseline.epochs=5",  # 450 steps of the baseline's cell: it is still training when stopped
         "--set",
         "baseline.warmup_epochs=0.1",
         "--set",
@@ -171,7 +171,7 @@ def test_an_interrupted_sweep_resumes_its_cell_exactly(tmp_path):
     deadline = time.monotonic() + 120
     while not (checkpoints.is_dir() and any(checkpoints.glob("step-*.pt"))):
         assert proc.poll() is None and time.monotonic() < deadline, finish(proc)
-        time.sleep(0.2)
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     _, stderr = finish(proc)
     assert proc.returncode == 143, stderr

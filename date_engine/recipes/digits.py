@@ -6,6 +6,9 @@ images. Small enough to scale a baseline 16× on a laptop CPU in seconds: the RE
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from date_engine.errors import DateError
 from date_engine.recipes import DataOptions, Recipe, RecipeData, register_recipe
 from date_engine.recipes._classification import classification_recipe
@@ -36,22 +39,45 @@ def _data(options: DataOptions, model_options=None) -> RecipeData:
             collate_batch,
             note="generated samples of the digits' shapes (dry run)",
         )
+    x, y = load_digits()
+    # one fixed split, whatever the run's seed, so that every run is scored on the same test set
+    split = json.loads((Path(__file__).parent / "digits_split.json").read_text())
+    train, test = torch.tensor(split["train"]), torch.tensor(split["test"])
+    images = x.view(-1, 1, 8, 8) / 16.0
+    return RecipeData(TensorData(images[train], y[train]), TensorData(images[test], y[test]),
+                      collate_batch)
+
+
+def load_digits():
+    """(images, labels) as scikit-learn's ``load_digits`` returns them (1,797 rows of 64 pixel
+    values 0–16, float32; int64 labels), read from the CSV file scikit-learn ships without
+    importing scikit-learn (a second a process). The split into training and test images is
+    ``train_test_split(..., test_size=360, stratify=labels, random_state=0)``'s, kept in
+    digits_split.json (tests/test_recipes.py checks both against scikit-learn's)."""
+    import gzip
+    import importlib.util
+
+    import numpy as np
+    import torch
+
     try:
-        from sklearn.datasets import load_digits
-        from sklearn.model_selection import train_test_split
-    except ImportError:
+        spec = importlib.util.find_spec("sklearn")
+    except ValueError:  # imported as None: blocked
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
         raise DateError(
             "recipe lenet-digits reads scikit-learn's bundled digits, and scikit-learn is not "
             "installed; run: pip install scikit-learn"
-        ) from None
-    x, y = load_digits(return_X_y=True)
-    # one fixed split, whatever the run's seed, so that every run is scored on the same test set
-    xtr, xte, ytr, yte = train_test_split(x, y, test_size=TEST_SIZE, stratify=y, random_state=0)
-    images = lambda a: torch.tensor(a, dtype=torch.float32).view(-1, 1, 8, 8) / 16.0  # noqa: E731
-    labels = lambda a: torch.tensor(a, dtype=torch.long)  # noqa: E731
-    return RecipeData(
-        TensorData(images(xtr), labels(ytr)), TensorData(images(xte), labels(yte)), collate_batch
-    )
+        )
+    path = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+    try:
+        with gzip.open(path, "rt") as f:
+            table = np.loadtxt(f, delimiter=",")
+    except OSError as exc:
+        raise DateError(f"{path}: scikit-learn's digits cannot be read ({exc}); reinstall "
+                        "scikit-learn.") from None
+    return (torch.tensor(table[:, :-1], dtype=torch.float32),
+            torch.tensor(table[:, -1], dtype=torch.long))
 
 
 @register_recipe("lenet-digits")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-__all__ = ["error_line", "note_line"]
+__all__ = ["bytes_text", "error_line", "note_line"]
 
 
 def error_line(message: str) -> Text:
@@ -35,3 +35,11 @@ def nonfinite_message(step: int, loss: float | None, last: tuple | None) -> str:
         what += f" at step {step}; stopped without taking that step"
     return (f"{what}, and {where}. Lower baseline.lr, set train.grad_clip, or check the data, "
             "then resume with --resume.")
+
+
+def bytes_text(count: float) -> str:
+    """A size in KiB, MiB or GiB (3 significant digits), or bytes."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.3g} {unit}"
+    return f"{count:.0f} B"

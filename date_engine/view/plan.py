@@ -14,6 +14,7 @@ from date_engine.forecast import HELD_OUT_MISS
 from date_engine.plan import Plan, fmt
 from date_engine.runplan import BatchSplit, RunPlan, Sharding
 from date_engine.view.chart import Series, line_chart
+from date_engine.view.console import bytes_text
 
 __all__ = ["describe_optimizer", "describe_split", "render_comparison", "render_plan",
            "scheme_name"]
@@ -240,9 +241,9 @@ def _sharding_lines(sharding: Sharding | None) -> list[Text]:
         text.append("ddp — every process holds the whole model")
     held = sharding.bytes_per_process()
     if held is not None:
-        text.append(f"; per process {_bytes(held['parameters'])} of parameters, "
-                    f"{_bytes(held['gradients'])} of gradients, "
-                    f"{_bytes(held['optimizer_state'])} of optimizer state "
+        text.append(f"; per process {bytes_text(held['parameters'])} of parameters, "
+                    f"{bytes_text(held['gradients'])} of gradients, "
+                    f"{bytes_text(held['optimizer_state'])} of optimizer state "
                     f"(P = {sharding.parameters:,}, fp32")
         text.append(f", each ÷ {sharding.world_size})" if sharding.sharded else ")")
     lines = [text, Text(f"Collectives per step: {sharding.collectives()}")]
@@ -250,13 +251,6 @@ def _sharding_lines(sharding: Sharding | None) -> list[Text]:
         lines.append(Text("The gradient noise scale is not measured under fsdp (a measured "
                           "ramp and date probe need --parallel ddp).", style="dim"))
     return lines
-
-
-def _bytes(count: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if count >= size:
-            return f"{count / size:.1f} {unit}"
-    return f"{count} B"
 
 
 def _how_sure(plan: Plan) -> Text:

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from date_engine.timing import Bench, Link, TimeForecast
+from date_engine.view.console import bytes_text
 
 __all__ = ["describe_link", "render_bench", "render_time", "seconds"]
 
@@ -48,13 +49,13 @@ def render_bench(bench: Bench, path: Path) -> RenderableType:
                   f"T_c(b) = {seconds(bench.compute_fixed)} + {seconds(bench.compute_per_sample)}"
                   " · b")
     table.add_row("optimizer step", seconds(bench.optimizer_seconds), "")
-    reduced = ", ".join(f"{_bytes(b)}: {seconds(s)}" for b, s in bench.allreduce_points)
+    reduced = ", ".join(f"{bytes_text(b)}: {seconds(s)}" for b, s in bench.allreduce_points)
     table.add_row("all-reduce", reduced or "—",
                   describe_link(bench.link) + ("" if bench.link.source == "none" else
                                                "; T = 2(N−1)α + 2(N−1)/N · bytes/β"))
     lines: list[RenderableType] = [table, Text(
-        f"{bench.parameters:,} parameters, {_bytes(bench.gradient_bytes)} of gradient; "
-        f"{bench.machine}, torch {bench.torch}. Written to {path}.")]
+        f"{bench.parameters:,} parameters, {bytes_text(bench.gradient_bytes)} of gradient; "
+        f"{bench.machine}. Written to {path}.")]
     lines += [Text(f"note: {n}", style="yellow") for n in bench.notes]
     return Group(*lines)
 
@@ -84,9 +85,3 @@ def render_time(forecast: TimeForecast, budgets: dict[str, TimeForecast]) -> Ren
         f"Link: {describe_link(forecast.link)}. Left out: data loading, evaluations and "
         "checkpoints, stragglers and contention; compute is the bench's device's.", style="dim"))
 
-
-def _bytes(count: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if count >= size:
-            return f"{count / size:.3g} {unit}"
-    return f"{count:.0f} B"
