@@ -658,6 +658,9 @@ def sweep_command(
         "--probe", help="probe.json of the baseline: the report puts each batch's forecast beside "
         "what its cells measured, and --budgets hold and ramp train with it.")] = None,
     budgets: BudgetsOpt = None, grid_set: GridSetOpt = None,
+    bench: Annotated[Optional[Path], _path_opt(
+        "--bench", help="bench.json from date bench on this machine: the report puts each "
+        "cell's forecast training time beside the measured one.")] = None,
 ) -> None:
     """Compare schemes across batch sizes: accuracy, time to accuracy, speedup, plots.
 
@@ -666,7 +669,8 @@ def sweep_command(
     with user_errors():
         from date_engine.sweep import (SweepOptions, Tolerance, parse_batches,  # noqa: I001
                                        parse_budgets, parse_grid_options, parse_lr_grid,
-                                       parse_schemes, plan_sweep, run_sweep, sweep_forecast)
+                                       parse_schemes, plan_sweep, run_sweep, sweep_forecast,
+                                       sweep_time_forecast)
 
         path, spec = _spec(spec_arg, overrides)
         recipe = _recipe_to_train(path, spec, spec.recipe)
@@ -689,6 +693,8 @@ def sweep_command(
         if probe is not None:
             settings["forecast"] = sweep_forecast(_spec(spec_arg, overrides, probe)[1],
                                                   options.batches, nproc, recipe)
+        if bench is not None:
+            settings["time_forecast"] = sweep_time_forecast(bench, cells, recipe.name)
         if not report_only:
             console.print(f"date sweep: {len(cells)} cells of {recipe.name} into {root}; finished "
                           "cells are skipped, interrupted ones resumed.", soft_wrap=True,

@@ -401,3 +401,32 @@ def test_grid_set_reaches_the_tuned_optimizer_only():
                                                   lr_grid=(1e-3,), grid_options=grid))
     with pytest.raises(DateError, match="--grid-set 'a.b=1'"):
         parse_grid_options(["a.b=1"])
+
+
+def test_the_report_puts_each_cells_forecast_time_beside_the_measured(tmp_path):
+    from date_engine.sweep import sweep_time_forecast
+    from date_engine.timing import forecast
+    from date_engine.view.sweep import report_markdown
+    from tests.test_timing import _bench
+
+    cells = cells_of(BASE, "64", schemes="date", repeats=2)
+    bench = tmp_path / "bench.json"
+    _bench().write(bench)
+    timed = sweep_time_forecast(bench, cells, "lenet-digits")
+    for planned in cells:
+        assert timed["cells"][planned.cell.name] == forecast(_bench(), planned.run_plan).run_seconds
+    results = []
+    for planned in cells:
+        r = result(planned.cell.scheme, planned.cell.batch, planned.cell.seed, 90.0,
+                   [(10, 1.0, 90.0)])
+        r.train_s = 2 * timed["cells"][planned.cell.name]  # measured: twice the forecast
+        results.append(r)
+    summary = summarize(results, "accuracy", True, Tolerance.parse("1"), ["date"])
+    settings = {"spec": "s.yaml", "command": "date sweep", "jobs": 1, "nproc": 1, "evals": 10,
+                "time_forecast": timed}
+    report = report_markdown(summary, settings, ["date"], {})
+    assert "## Training time: forecast against measured" in report
+    row = next(x for x in report.splitlines() if x.startswith("| 64 | date |"))
+    assert row.endswith("| 0.50 |")
+    with pytest.raises(DateError, match="recipe lenet-digits, not gnmt"):
+        sweep_time_forecast(bench, cells, "gnmt")

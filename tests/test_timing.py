@@ -209,3 +209,24 @@ def test_the_time_forecast_imports_no_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_date_bench_writes_what_the_plan_forecasts_from(tmp_path):
+    from tests.runs import date
+
+    result = date("bench", "lenet-digits", "--nproc", 2, "--micro-batches", "16,64",
+                  "-o", tmp_path / "bench")
+    assert result.returncode == 0, result.stdout + result.stderr
+    bench = Bench.read(tmp_path / "bench" / "bench.json")
+    assert bench.recipe == "lenet-digits" and bench.processes == 2 and bench.backend == "gloo"
+    assert [m for m, _ in bench.compute_points] == [16, 64]
+    assert all(s > 0 for _, s in bench.compute_points) and bench.optimizer_seconds > 0
+    assert bench.gradient_bytes == 4 * bench.parameters  # fp32
+    sizes = [b for b, _ in bench.allreduce_points]
+    assert bench.gradient_bytes in sizes and len(sizes) >= 4
+    assert bench.link.source == "measured" and bench.link.beta > 0
+    planned = date("plan", "lenet-digits", "--batch", 256, "--devices", 4, "--bench",
+                   tmp_path / "bench" / "bench.json", "--json")
+    assert planned.returncode == 0, planned.stderr
+    assert json.loads(planned.stdout)["time"]["speedup"] > 0

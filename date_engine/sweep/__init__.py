@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
+from date_engine.errors import DateError
 from date_engine.machine import describe, threads_per_process
 from date_engine.recipes import Recipe
 from date_engine.spec import Spec
@@ -44,6 +45,7 @@ __all__ = [
     "plan_sweep",
     "run_sweep",
     "sweep_forecast",
+    "sweep_time_forecast",
 ]
 
 
@@ -153,6 +155,22 @@ def _settings_of(root: Path) -> dict[str, Any]:
         return json.loads((root / "results.json").read_text())["settings"]
     except (OSError, ValueError, KeyError):
         return {}
+
+
+def sweep_time_forecast(bench_path: Path, cells: list[PlannedCell], recipe: str) -> dict:
+    """The time model's forecast of each cell's training (:func:`date_engine.timing.forecast`,
+    no overlap) from ``date bench``'s bench.json, for the report beside the measured time."""
+    from date_engine.timing import Bench, forecast
+
+    bench = Bench.read(bench_path)
+    if bench.recipe != recipe:
+        raise DateError(f"--bench: it timed recipe {bench.recipe}, not {recipe}; run date bench "
+                        "on this spec.")
+    if bench.link.source == "none" and any(p.run_plan.split.world_size > 1 for p in cells):
+        raise DateError(f"--bench {bench_path}: date bench --nproc 1 timed no all-reduce, which "
+                        "cells on several processes need; run date bench --nproc 2.")
+    seconds = {p.cell.name: forecast(bench, p.run_plan).run_seconds for p in cells}
+    return {"bench": str(bench_path), "machine": bench.machine, "cells": seconds}
 
 
 def sweep_forecast(spec: Spec, batches: list[int], nproc: int, recipe: Recipe) -> dict:

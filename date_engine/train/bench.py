@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -41,17 +42,22 @@ ALLREDUCE_SIZES = (1 << 12, 1 << 16, 1 << 20, 1 << 22)
 """Bytes of the timed all-reduces, besides the gradient's own size."""
 
 
-def _median_seconds(work: Callable[[], object], repeats: int, sync: Callable[[], None]) -> float:
-    for _ in range(WARMUP):
-        work()
+def _median_seconds(works: dict[Any, Callable[[], object]], repeats: int,
+                    sync: Callable[[], None]) -> dict[Any, float]:
+    """The median seconds of each of ``works``, timed round after round (one of each per round),
+    so that a machine that slows down for a while slows them all alike."""
+    for work in works.values():
+        for _ in range(WARMUP):
+            work()
     sync()
-    times = []
+    times: dict[Any, list[float]] = {key: [] for key in works}
     for _ in range(repeats):
-        start = time.perf_counter()
-        work()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for key, work in works.items():
+            start = time.perf_counter()
+            work()
+            sync()
+            times[key].append(time.perf_counter() - start)
+    return {key: statistics.median(t) for key, t in times.items()}
 
 
 def measure(config: dict) -> Bench | None:
@@ -72,7 +78,7 @@ def measure(config: dict) -> Bench | None:
         sync = torch.cuda.synchronize if rt.device.type == "cuda" else (lambda: None)
         repeats = config.get("repeats", REPEATS)
 
-        points = []
+        passes = {}
         for micro in config["micro_batches"]:
             # the first micro-batch the trainer's loader would build (the recipe's collate)
             loader = torch.utils.data.DataLoader(data.train, batch_size=micro,
@@ -85,8 +91,9 @@ def measure(config: dict) -> Bench | None:
                     loss = recipe.loss(model, batch, data)
                 loss.backward()
 
-            points.append((micro, _median_seconds(pass_, repeats, sync)))
-        step = _median_seconds(optimizer.step, repeats, sync)
+            passes[micro] = pass_
+        points = list(_median_seconds(passes, repeats, sync).items())
+        step = _median_seconds({"step": optimizer.step}, repeats, sync)["step"]
         mine = torch.tensor([s for _, s in points] + [step], dtype=torch.float64)
         if rt.distributed:  # the mean over the processes that computed side by side
             dist.all_reduce(mine)
@@ -99,12 +106,13 @@ def measure(config: dict) -> Bench | None:
                              if p.requires_grad)
         reduced = []
         if rt.distributed:
-            for size in sorted({*ALLREDUCE_SIZES, gradient_bytes}):
-                buffer = torch.zeros(max(1, size // 4), device=rt.device)
-                seconds = _median_seconds(lambda b=buffer: dist.all_reduce(b), repeats, sync)
-                box = torch.tensor([seconds], dtype=torch.float64)
-                dist.all_reduce(box, op=dist.ReduceOp.MAX)  # the slowest process's
-                reduced.append((size, float(box)))
+            sizes = sorted({*ALLREDUCE_SIZES, gradient_bytes})
+            buffers = {size: torch.zeros(max(1, size // 4), device=rt.device) for size in sizes}
+            medians = _median_seconds({size: (lambda b=b: dist.all_reduce(b))
+                                       for size, b in buffers.items()}, 2 * repeats, sync)
+            box = torch.tensor([medians[size] for size in sizes], dtype=torch.float64)
+            dist.all_reduce(box, op=dist.ReduceOp.MAX)  # the slowest process's
+            reduced = list(zip(sizes, box.tolist()))
         if not rt.is_main:
             return None
         a, c = fit_line([(float(m), s) for m, s in points])

@@ -30,6 +30,7 @@ def report_markdown(summary: SweepSummary, settings: dict[str, Any], schemes: li
              "thread(s) per process. Times are training seconds (evaluations left out), measured "
              "on this machine.", ""]
     lines += _verdicts(summary, schemes) + _results(summary) + _forecast(summary, settings)
+    lines += _time_forecast(summary, settings)
     lines += _schemes(summary, settings, schemes)
     lines += ["", "## Figures", ""]
     for name, caption in FIGURES.items():
@@ -97,6 +98,30 @@ def _results(summary: SweepSummary) -> list[str]:
                               for lr, v in g.tried.items())
             lines.append(f"- {g.scheme} at {g.batch}: {tried}; kept {g.grid_lr:g}")
     return lines
+
+
+def _time_forecast(summary: SweepSummary, settings: dict[str, Any]) -> list[str]:
+    """With ``date sweep --bench``: each cell group's forecast training time (the time model of
+    docs/performance.md, no overlap) beside the measured one."""
+    timed = settings.get("time_forecast")
+    if not timed:
+        return []
+    lines = ["## Training time: forecast against measured", "",
+             f"The time model's forecast from `{timed['bench']}` ({timed['machine']}; no "
+             "overlap, evaluations left out as in the measured time) and each group's measured "
+             "training seconds (mean over its seeds).", "",
+             "| batch | scheme | forecast (s) | measured (s) | forecast ÷ measured |",
+             "|---:|---|---:|---:|---:|"]
+    for g in summary.groups:
+        forecasts = [timed["cells"].get(r.cell.name) for r in g.results]
+        if not forecasts or None in forecasts:
+            continue
+        forecast = sum(forecasts) / len(forecasts)
+        name = g.scheme + (f" (lr {g.grid_lr:g})" if g.grid_lr is not None else "")
+        measured = "" if g.train_s is None else f"{g.train_s:.0f}"
+        ratio = "" if not g.train_s else f"{forecast / g.train_s:.2f}"
+        lines.append(f"| {g.batch} | {name} | {forecast:.0f} | {measured} | {ratio} |")
+    return lines + [""]
 
 
 def _schemes(summary: SweepSummary, settings: dict[str, Any], schemes: list[str]) -> list[str]:
