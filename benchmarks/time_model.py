@@ -1,6 +1,6 @@
 """Does the time model hold here? `date plan --bench`'s forecast against what `date scale` measures.
 
-    python benchmarks/time_model.py [--out /tmp/time-model] [--batches 512,2048]
+    python benchmarks/time_model.py [--out /tmp/time-model] [--batches 256,512]
 
 For lenet-mnist and lstm-mnist (1 epoch: benchmarks/*-1ep.yaml, MNIST in data/mnist) at 1 and 2
 processes (gloo): `date bench --nproc P`, then for each batch a whole 1-epoch `date scale` run
@@ -72,7 +72,7 @@ def allreduce_worker(size: int, repeats: int = 30) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="time-model-")))
-    parser.add_argument("--batches", default="512,2048")
+    parser.add_argument("--batches", default="256,512")
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     rows, worst = [], 0.0

@@ -559,7 +559,7 @@ LinkOpt = Annotated[Optional[str], _opt(
     "(NVLink, InfiniBand), instead of the one measured here.")]
 MicroBatchesOpt = Annotated[Optional[str], _opt(
     "--micro-batches", help="Micro-batch sizes to time, comma-separated (default: the recipe's "
-    "micro-batch, its half and its quarter).")]
+    "micro-batch, its quarter and its sixteenth).")]
 
 
 @app.command("bench", epilog="Example: date bench lenet-mnist --nproc 2 -o bench/, then date plan "
@@ -579,9 +579,9 @@ def bench_command(
         recipe = _recipe_to_train(path, spec, spec.recipe)
         _check_launch(nproc, None, None, None)
         given = parse_link(link) if link is not None else None
-        if micro_batches is None:
+        if micro_batches is None:  # a run's micro-batches lie at or below the recipe's
             most = recipe.default_micro_batch
-            sizes = sorted({max(1, most // 4), max(1, most // 2), most})
+            sizes = sorted({max(1, most // 16), max(1, most // 4), most})
         else:
             sizes = sorted({parse_size(x, "--micro-batches") for x in micro_batches.split(",")})
         output = output_folder(output_dir, "--output-dir") / "bench.json"

@@ -137,18 +137,22 @@ def allreduce_seconds(link: Link, devices: int, size: int) -> float:
 
 
 def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """(intercept, slope) of the least-squares line through ``points``; both ≥ 0 (a negative
-    one, from noise, is set to 0 and the other refitted)."""
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    n = len(points)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx > 0 else 0.0
+    """(intercept, slope) of the line through ``points`` (x, time) with the least relative error
+    (each point weighted by 1/time²: a time spans orders of magnitude over the sizes, and a
+    busy machine only ever adds to one); both ≥ 0 (a negative one, from noise, is set to 0 and
+    the other refitted)."""
+    ws = [1.0 / max(y, 1e-300) ** 2 for _, y in points]
+    total = sum(ws)
+    mx = sum(w * x for w, (x, _) in zip(ws, points)) / total
+    my = sum(w * y for w, (_, y) in zip(ws, points)) / total
+    sxx = sum(w * (x - mx) ** 2 for w, (x, _) in zip(ws, points))
+    slope = sum(w * (x - mx) * (y - my) for w, (x, y) in zip(ws, points)) / sxx if sxx > 0 else 0.0
     intercept = my - slope * mx
     if slope < 0:
         return my, 0.0
-    if intercept < 0:
-        return 0.0, sum(x * y for x, y in points) / max(sum(x * x for x in xs), 1e-300)
+    if intercept < 0:  # through the origin: the slope of least relative error
+        return 0.0, sum(w * x * y for w, (x, y) in zip(ws, points)) / max(
+            sum(w * x * x for w, (x, _) in zip(ws, points)), 1e-300)
     return intercept, slope
 
 

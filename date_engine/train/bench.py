@@ -109,7 +109,7 @@ def measure(config: dict) -> Bench | None:
             sizes = sorted({*ALLREDUCE_SIZES, gradient_bytes})
             buffers = {size: torch.zeros(max(1, size // 4), device=rt.device) for size in sizes}
             medians = _median_seconds({size: (lambda b=b: dist.all_reduce(b))
-                                       for size, b in buffers.items()}, 2 * repeats, sync)
+                                       for size, b in buffers.items()}, 4 * repeats, sync)
             box = torch.tensor([medians[size] for size in sizes], dtype=torch.float64)
             dist.all_reduce(box, op=dist.ReduceOp.MAX)  # the slowest process's
             reduced = list(zip(sizes, box.tolist()))
