@@ -47,7 +47,7 @@ def measured(run: Path) -> tuple[float, float]:
     return statistics.median(per_step), steps[-1][1]
 
 
-def allreduce_worker(size: int, repeats: int = 30) -> None:
+def allreduce_worker(size: int, repeats: int = 100) -> None:
     import time
 
     import torch

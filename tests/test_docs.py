@@ -477,3 +477,26 @@ def test_every_import_follows_the_flow_architecture_md_allows():
     assert not wrong, wrong
     mutual = sorted((a, b) for a, b in edges if (b, a) in edges and a < b)
     assert not mutual, mutual
+
+
+def test_readmes_time_forecast_is_what_date_plan_forecasts():
+    """README's forecast for the paper's MNIST-LSTM, recomputed from the bench.json it names."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from date_engine.cli import app
+    from date_engine.view.timing import seconds
+
+    bench = ROOT / "docs" / "results" / "bench" / "lstm-mnist-2proc.json"
+    result = CliRunner().invoke(app, ["plan", str(ROOT / "recipes" / "lstm-mnist.yaml"), "--batch",
+                                      "8192", "--devices", "64", "--bench", str(bench), "--link",
+                                      "25GB/s,5us", "--json"])
+    assert result.exit_code == 0, result.output
+    time = json.loads(result.stdout)["time"]
+    text = " ".join(_section(README, "### How long, on how many devices").split())
+    assert (f"one step takes {seconds(time['step_seconds'])} "
+            f"({seconds(time['step']['compute'])} of it compute), the run's {time['steps']} steps "
+            f"{seconds(time['run_seconds'])}, and the baseline's "
+            f"{time['baseline']['steps']:,} steps of batch 128 on one device "
+            f"{seconds(time['baseline']['seconds'])}: a speedup of {time['speedup']:.3g}×") in text
