@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 from date_engine.cli import app
 from date_engine.errors import DateError
 from date_engine.runplan import BatchSplit, resolve_plan
-from date_engine.spec import parse_spec
 from date_engine.timing import (
     Bench,
     Link,
@@ -94,18 +93,16 @@ def test_a_step_is_compute_all_reduce_and_update_with_its_bounds():
     assert step_time(bench, BatchSplit(64, 1, 1)).communication == 0.0
 
 
-def _spec(**date_section):
-    return parse_spec({
-        "recipe": "lenet-digits",
-        "baseline": {"batch_size": 16, "lr": 1e-3, "warmup_epochs": 1, "epochs": 60,
-                     "dataset_size": 1437, "optimizer": {"name": "rmsprop"}},
-        "date": date_section,
-    })
+def _digits():
+    from date_engine.recipes import shipped_specs
+    from date_engine.spec import load_spec
+
+    return load_spec(shipped_specs()["lenet-digits"])
 
 
 def test_the_run_the_baseline_and_the_speedup():
     bench = _bench()
-    planned = resolve_plan(_spec(), 256, world_size=16, micro_batch=16)
+    planned = resolve_plan(_digits(), 256, world_size=16, micro_batch=16)
     time = forecast(bench, planned)
     per_step = step_time(bench, planned.split).no_overlap
     assert time.run_seconds == pytest.approx(planned.plan.total_iterations * per_step)
@@ -117,15 +114,9 @@ def test_the_run_the_baseline_and_the_speedup():
 
 
 def test_a_ramp_costs_each_stage_at_its_own_split():
-    from date_engine.forecast import NoiseCurve
+    from tests.test_ramp import RISING, _spec
 
-    rising = NoiseCurve(a=500.0, beta=1.0, first=0.1, last=1.0)
-    spec = parse_spec({
-        "recipe": "lenet-mnist",
-        "baseline": {"batch_size": 128, "lr": 1e-3, "warmup_epochs": 0.1, "epochs": 10,
-                     "dataset_size": 60000, "optimizer": {"name": "rmsprop"}},
-        "date": {"budget": "ramp", "ramp": "planned"}})
-    planned = resolve_plan(spec, 4096, world_size=8, noise_curve=rising)
+    planned = resolve_plan(_spec(ramp="planned"), 4096, world_size=8, noise_curve=RISING)
     assert len({st.batch for st in planned.plan.ramp}) > 1
     bench = _bench(recipe="lenet-mnist")
     naive = sum(step_time(bench, planned.split_at(s)).no_overlap
@@ -173,10 +164,7 @@ def test_the_plan_forecasts_the_time_on_n_devices(tmp_path):
     assert shown.exit_code == 0, shown.output
     assert "Time on 16 devices (a forecast)" in shown.stdout and "speedup" in shown.stdout
     document = json.loads(_plan("--devices", 16, "--bench", path, "--json").stdout)
-    from date_engine.recipes import shipped_specs
-    from date_engine.spec import load_spec
-
-    planned = resolve_plan(load_spec(shipped_specs()["lenet-digits"]), 256, world_size=16)
+    planned = resolve_plan(_digits(), 256, world_size=16)
     expected = forecast(_bench(), planned)
     assert document["time"]["step_seconds"] == pytest.approx(expected.step.no_overlap)
     assert document["time"]["speedup"] == pytest.approx(expected.speedup)
