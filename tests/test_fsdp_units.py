@@ -187,3 +187,14 @@ def test_a_killed_write_leaves_a_folder_that_the_next_run_removes(tmp_path):
     (leftover / "__0_0.distcp").write_bytes(b"half")
     assert ckpt.newest_valid(folder).path == kept  # not a checkpoint: never read
     assert ckpt.remove_partial_writes(folder) == [leftover] and not leftover.exists()
+
+
+def test_a_non_finite_state_is_never_written_as_shards(tmp_path):
+    folder = RunFolder(tmp_path / "run")
+    model, optimizer, planned = _trained(0)
+    with torch.no_grad():
+        next(model.parameters())[0, 0] = float("nan")
+    with pytest.raises(ckpt.NonFiniteState):
+        _save(folder, 4, model, optimizer, planned)
+    assert ckpt.newest_valid(folder) is None
+    assert not folder.checkpoint_dir.exists() or not any(folder.checkpoint_dir.iterdir())
