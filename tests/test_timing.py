@@ -224,3 +224,14 @@ def test_date_bench_writes_what_the_plan_forecasts_from(tmp_path):
                    tmp_path / "bench" / "bench.json", "--json")
     assert planned.returncode == 0, planned.stderr
     assert json.loads(planned.stdout)["time"]["speedup"] > 0
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--link", "fast"], "--link"),
+    (["--micro-batches", "16,x"], "--micro-batches"),
+    (["--nproc", "0"], "--nproc"),
+])
+def test_date_bench_refuses_bad_input_in_one_sentence_before_it_starts(args, words, tmp_path):
+    result = runner.invoke(app, ["bench", "lenet-digits", *args, "-o", str(tmp_path / "b")])
+    assert result.exit_code == 2 and words in result.output, result.output
+    assert "Traceback" not in result.output and not (tmp_path / "b" / "bench.json").exists()
