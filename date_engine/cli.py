@@ -571,7 +571,7 @@ def bench_command(
     = Path("bench"),
 ) -> None:
     """Time the recipe's forward and backward pass, the optimizer's step and an all-reduce on this
-    machine (minutes): writes bench.json for date plan --devices N --bench."""
+    machine (a minute at most): writes bench.json for date plan --devices N --bench."""
     with user_errors():
         from date_engine.timing import parse_link
 
