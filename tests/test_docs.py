@@ -500,3 +500,17 @@ def test_readmes_time_forecast_is_what_date_plan_forecasts():
             f"{seconds(time['run_seconds'])}, and the baseline's "
             f"{time['baseline']['steps']:,} steps of batch 128 on one device "
             f"{seconds(time['baseline']['seconds'])}: a speedup of {time['speedup']:.3g}×") in text
+
+
+def test_the_time_models_check_is_what_its_benchmark_printed():
+    """README's range of forecast ÷ measured is the range in the benchmark's saved output."""
+    import re
+
+    saved = (ROOT / "docs" / "results" / "bench" / "time_model.md").read_text()
+    ratios = [float(x) for x in re.findall(r"\| ([0-9]\.[0-9]{2}) \|", saved)]
+    assert len(ratios) == 16  # 8 cells: step and run
+    text = " ".join(README.split())
+    assert f"within {min(ratios):.2f}–{max(ratios):.2f}× of the measured one" in text
+    performance = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    worst = max(abs(r - 1) for r in ratios)
+    assert f"Worst |ratio − 1| of the run: {worst:.2f} over the step and run times" in performance
