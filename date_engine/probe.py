@@ -108,8 +108,17 @@ class Probe:
             if not all(v is None or math.isfinite(v) for v in values) or point.epoch <= 0:
                 raise ValueError(f"points.{i}: every value must be a finite number, the epoch "
                                  "positive")
-        object.__setattr__(self, "curve", NoiseCurve.fit(
-            [(p.epoch, p.noise_scale) for p in self.points]))
+        # the forecast reads the curve from the start of training to the baseline's end
+        reach = (self.baseline_epochs / 4000, self.baseline_epochs)
+        try:
+            curve = NoiseCurve.fit([(p.epoch, p.noise_scale) for p in self.points])
+            usable = all(math.isfinite(value := curve(e)) and value < 1e30 for e in reach)
+        except (OverflowError, ZeroDivisionError):
+            usable = False
+        if not usable:
+            raise ValueError("points: their noise scales fit no usable noise curve (it exceeds "
+                             "1e30 samples within the baseline's epochs)")
+        object.__setattr__(self, "curve", curve)
 
     @property
     def share(self) -> float:

@@ -359,3 +359,17 @@ def test_a_refused_resume_leaves_no_folder_behind(tmp_path):
     result = date("scale", DIGITS, "--batch", 256, "--resume", "-o", tmp_path / "new")
     assert result.returncode == 2 and "no checkpoint" in result.stderr, result.stderr
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("value", [2.2244852767877438e+148, 3.4014183529622016e+155])
+def test_a_probe_point_beyond_any_measurement_is_refused(tmp_path, value):
+    """Found by the fuzzer: one point's noise scale of 1e148 fitted a curve whose forecast was NaN
+    (a ValueError from math.ceil) or overflowed; now the probe is refused, naming its points."""
+    import json
+
+    data = digits_probe()
+    data["points"][2]["noise_scale"] = value
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(data))
+    refused(invoke("plan", DIGITS, "--batch", 256, "--probe", path), str(path), "points",
+            "no usable noise curve")
