@@ -224,9 +224,9 @@ def plan_command(
 
 
 def _devices(nproc: int, devices: int | None, bench: Path | None, link: str | None):
-    """(the processes the batch is split over, (bench, link) or None) for --devices and --bench,
-    refused in one sentence where they do not go together."""
-    from date_engine.timing import Bench, parse_link
+    """(the processes the batch is split over, (bench.json's path, the link given) or None) for
+    --devices and --bench, refused in one sentence where they do not go together."""
+    from date_engine.timing import parse_link
 
     if devices is not None and nproc != 1 and devices != nproc:
         raise DateError(f"--devices {devices} and --nproc {nproc} disagree; give one of them.")
@@ -238,14 +238,7 @@ def _devices(nproc: int, devices: int | None, bench: Path | None, link: str | No
         if link is not None:
             raise DateError("--link goes with --bench (it replaces the bench's measured link).")
         return nproc, None
-    measured = Bench.read(bench)
-    given = parse_link(link) if link is not None else None
-    count = devices or nproc
-    if count > 1 and given is None and measured.link.source == "none":
-        raise DateError(f"{bench}: date bench --nproc 1 timed no all-reduce, which {count} "
-                        "devices need; run date bench --nproc 2, or give --link "
-                        "BANDWIDTH,LATENCY.")
-    return count, (measured, given)
+    return devices or nproc, (bench, parse_link(link) if link is not None else None)
 
 
 def _forecasts(timed, spec: Spec, planned, size: int, micro_batch: int | None, recipe,
@@ -253,12 +246,11 @@ def _forecasts(timed, spec: Spec, planned, size: int, micro_batch: int | None, r
     """The time forecast of every budget the spec can plan (same-epochs; hold and ramp with a
     probe), the spec's own among them."""
     from date_engine.runplan import resolve_plan
-    from date_engine.timing import forecast
+    from date_engine.timing import Bench, forecast
 
-    bench, link = timed
-    if recipe is not None and bench.recipe != recipe.name:
-        raise DateError(f"--bench: it timed recipe {bench.recipe}, not {recipe.name}; run date "
-                        "bench on this spec.")
+    path, link = timed
+    bench = Bench.read(path)
+    bench.check(path, recipe and recipe.name, planned.split.world_size, link)
     budgets = ["same-epochs", *(("hold", "ramp") if spec.date.probe is not None else ())]
     times = {}
     for name in budgets:

@@ -85,6 +85,17 @@ class Bench:
     """(bytes, median seconds) measured at P processes."""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
+    def check(self, path: Path, recipe: str | None, devices: int, link: Link | None) -> None:
+        """Refuse, in one sentence, to forecast ``recipe`` on ``devices`` from this bench: one of
+        another recipe, or (without ``link``) one that timed no all-reduce for several devices."""
+        if recipe is not None and self.recipe != recipe:
+            raise DateError(f"--bench {path}: it timed recipe {self.recipe}, not {recipe}; run "
+                            "date bench on this spec.")
+        if devices > 1 and link is None and self.link.source == "none":
+            raise DateError(f"--bench {path}: date bench --nproc 1 timed no all-reduce, which "
+                            f"{devices} devices need; run date bench --nproc 2, or give --link "
+                            "BANDWIDTH,LATENCY.")
+
     def compute_seconds(self, micro: int) -> float:
         return self.compute_fixed + self.compute_per_sample * micro
 
@@ -243,7 +254,7 @@ def forecast(bench: Bench, planned: RunPlan, baseline_devices: int | None = None
              link: Link | None = None) -> TimeForecast:
     """The time of ``planned`` (its split's devices) and of its baseline on ``baseline_devices``
     (default: B0 / the run's micro-batch, the baseline's batch on devices as full as the run's)."""
-    from date_engine.runplan import BatchSplit, split_batch
+    from date_engine.runplan import largest_divisor, split_batch
 
     plan, split = planned.plan, planned.split
     link = link or bench.link
@@ -260,8 +271,7 @@ def forecast(bench: Bench, planned: RunPlan, baseline_devices: int | None = None
     b0 = plan.baseline_batch
     micro = min(split.micro_batch, b0)
     n0 = baseline_devices or max(1, b0 // micro)
-    base_split = split_batch(b0, n0, micro if (b0 // n0) % micro == 0 else None) \
-        if b0 % n0 == 0 else BatchSplit(b0 // n0, n0, 1)
+    base_split = split_batch(b0, n0, largest_divisor(b0 // n0, micro))
     base_step = step_time(bench, base_split, link)
     base_seconds = plan.baseline_iterations * base_step.no_overlap
     return TimeForecast(split.world_size, step_time(bench, split, link), plan.total_iterations,

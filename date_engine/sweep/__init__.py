@@ -14,7 +14,6 @@ from typing import Any
 
 from rich.console import Console
 
-from date_engine.errors import DateError
 from date_engine.machine import describe, threads_per_process
 from date_engine.recipes import Recipe
 from date_engine.spec import Spec
@@ -163,12 +162,7 @@ def sweep_time_forecast(bench_path: Path, cells: list[PlannedCell], recipe: str)
     from date_engine.timing import Bench, forecast
 
     bench = Bench.read(bench_path)
-    if bench.recipe != recipe:
-        raise DateError(f"--bench: it timed recipe {bench.recipe}, not {recipe}; run date bench "
-                        "on this spec.")
-    if bench.link.source == "none" and any(p.run_plan.split.world_size > 1 for p in cells):
-        raise DateError(f"--bench {bench_path}: date bench --nproc 1 timed no all-reduce, which "
-                        "cells on several processes need; run date bench --nproc 2.")
+    bench.check(bench_path, recipe, max(p.run_plan.split.world_size for p in cells), None)
     seconds = {p.cell.name: forecast(bench, p.run_plan).run_seconds for p in cells}
     return {"bench": str(bench_path), "machine": bench.machine, "cells": seconds}
 
