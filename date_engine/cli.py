@@ -593,17 +593,10 @@ def bench_command(
 def _run_bench(config: str, nproc: int) -> int:
     from date_engine.train.launch import LaunchOptions, elastic
 
-    if nproc == 1:
-        import tempfile
+    if nproc == 1:  # in this process
+        from date_engine.train.bench import run
 
-        from date_engine.train import bench
-
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            f.write(config)
-        try:
-            return bench.main(["--config", f.name])
-        finally:
-            Path(f.name).unlink(missing_ok=True)
+        return run(json.loads(config))
     return elastic(config, LaunchOptions(nproc=nproc), module="date_engine.train.bench")
 
 

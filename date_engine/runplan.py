@@ -65,6 +65,11 @@ class BatchSplit:
         return self.micro_batch * self.world_size * self.accumulation_steps
 
     @property
+    def sharded(self) -> bool:
+        """The processes shard the model (fsdp) instead of replicating it."""
+        return self.parallel == "fsdp"
+
+    @property
     def samples_per_process(self) -> int:
         """Samples each process reads per optimizer step."""
         return self.micro_batch * self.accumulation_steps

@@ -35,7 +35,7 @@ from date_engine.timing import Bench, Link, fit_line, link_from_points
 from date_engine.train.runtime import die_with_parent, setup, teardown
 from date_engine.train.step import to_device
 
-__all__ = ["main", "measure"]
+__all__ = ["main", "measure", "run"]
 
 WARMUP, REPEATS = 3, 15
 ALLREDUCE_SIZES = (1 << 12, 1 << 16, 1 << 20, 1 << 22)
@@ -139,7 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="the bench's config, as JSON")
     args = parser.parse_args(argv)
     die_with_parent()
-    config = json.loads(Path(args.config).read_text())
+    return run(json.loads(Path(args.config).read_text()))
+
+
+def run(config: dict) -> int:
+    """Measure and, on rank 0, write bench.json where ``config`` says."""
     bench = measure(config)
     if bench is not None:
         bench.write(Path(config["output"]))

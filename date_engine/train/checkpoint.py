@@ -403,7 +403,7 @@ def save_run(rt, folder: RunFolder, step: int, planned, model, optimizer, scaler
     model's or optimizer's state is not finite (the replicas are equal, so every process does)."""
     import torch.distributed as dist
 
-    sharded = planned.split.parallel == "fsdp"
+    sharded = planned.split.sharded
     ok = finite(model.state_dict(), optimizer.state_dict())
     if sharded and rt.distributed:  # each process checked its own shards
         flag = torch.tensor([float(not ok)])

@@ -42,9 +42,8 @@ def evaluate(rt: Runtime, recipe: Recipe, model: torch.nn.Module, data: RecipeDa
             share = -(-len(data.eval) // rt.world_size)  # rank 0's, the largest
             most = -(-share // EVAL_BATCH)
             for _ in range(most - len(loader)):  # its extra forwards' statistics are dropped
-                recipe.evaluate(model, to_device(data.collate([data.eval[0]]) if data.collate
-                                                 else torch.utils.data.default_collate(
-                                                     [data.eval[0]]), rt.device), data)
+                one = (data.collate or torch.utils.data.default_collate)([data.eval[0]])
+                recipe.evaluate(model, to_device(one, rt.device), data)
         if rt.distributed:
             keys = sorted(totals)
             values = torch.tensor([totals[k] for k in keys], dtype=torch.float64, device=rt.device)

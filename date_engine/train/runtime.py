@@ -14,6 +14,7 @@ import ctypes.util
 import os
 import re
 import signal
+from collections import Counter
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
@@ -135,22 +136,16 @@ def shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
             blocks += inner
         else:
             blocks.append(child)
-    owners: dict[int, int] = {}
-    for _, module in model.named_modules(remove_duplicate=False):
-        for p in module.parameters(recurse=False):
-            owners[id(p)] = owners.get(id(p), 0) + 1
-    units = []
-    for block in blocks:
-        mine = list(block.parameters())
-        if not mine:
-            continue
-        inside: dict[int, int] = {}
-        for _, module in block.named_modules(remove_duplicate=False):
-            for p in module.parameters(recurse=False):
-                inside[id(p)] = inside.get(id(p), 0) + 1
-        if all(inside[id(p)] == owners[id(p)] for p in mine):
-            units.append(block)
-    return units
+    everywhere = _holders(model)
+    return [block for block in blocks if list(block.parameters()) and all(
+        everywhere[p] == count for p, count in _holders(block).items())]
+
+
+def _holders(module: torch.nn.Module) -> Counter:
+    """How many modules under ``module`` hold each of its parameters (by id): more than one for
+    a tied parameter."""
+    return Counter(id(p) for _, m in module.named_modules(remove_duplicate=False)
+                   for p in m.parameters(recurse=False))
 
 
 def raise_everywhere(rt: Runtime, error: str | None) -> None:

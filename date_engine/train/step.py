@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from date_engine.optim._tensors import local
+from date_engine.optim._tensors import is_sharded, local
 from date_engine.recipes import Recipe, RecipeData
 from date_engine.train.runtime import Runtime
 
@@ -112,7 +112,7 @@ class StepRunner:
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
         if self.rt.sharded:  # each process holds a shard of each gradient: one all-reduce
-            norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+            norm = norm.full_tensor() if is_sharded(norm) else norm
             if clip is not None:
                 torch.nn.utils.clip_grads_with_norm_(self.model.parameters(), clip, norm)
         return norm

@@ -195,7 +195,7 @@ class Trainer:
 
     def _parameters(self) -> int | None:
         """The model's parameter count, for the bytes each process holds under fsdp."""
-        if self.steps_plan.split.parallel != "fsdp":
+        if not self.steps_plan.split.sharded:
             return None
         return self.recipe.parameter_count(self.options)
 
@@ -241,7 +241,7 @@ class Trainer:
         mismatch = self._mismatch(found)
         if mismatch and not cfg.force_replan:
             raise ckpt.refuse(found.path, mismatch)
-        if bool(found.payload.get("sharded")) != (self.steps_plan.split.parallel == "fsdp"):
+        if bool(found.payload.get("sharded")) != self.steps_plan.split.sharded:
             kind = "a folder of shards" if found.payload.get("sharded") else "a whole-model file"
             raise DateError(f"{found.path}: {kind}, which a train.parallel: "
                             f"{self.spec.train.parallel} run cannot read, even with "

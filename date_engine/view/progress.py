@@ -116,7 +116,7 @@ def run_notes(config, recipe: str, planned: RunPlan, steps_plan: RunPlan, stop_a
     if data_note:
         lines.append(note_line(data_note))
     if noise is None and config.measure_noise and not config.dry_run and not plan.ramp \
-            and not config.brief and planned.split.parallel != "fsdp":
+            and not config.brief and not planned.split.sharded:
         lines.append(note_line(
             "the gradient noise scale is not measured: each step sees one gradient (one "
             "process, no accumulation); a --micro-batch below the batch measures it."))
