@@ -249,6 +249,10 @@ def _forecasts(timed, spec: Spec, planned, size: int, micro_batch: int | None, r
     from date_engine.timing import Bench, forecast
 
     path, link = timed
+    b0 = planned.plan.baseline_batch
+    if baseline_devices is not None and b0 % baseline_devices:
+        raise DateError(f"--baseline-devices {baseline_devices}: the baseline's batch {b0} does "
+                        "not split evenly over them; give a number that divides it.")
     bench = Bench.read(path)
     bench.check(path, recipe and recipe.name, planned.split.world_size, link)
     budgets = ["same-epochs", *(("hold", "ramp") if spec.date.probe is not None else ())]

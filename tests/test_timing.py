@@ -182,6 +182,8 @@ def test_a_one_process_bench_cannot_forecast_many_devices(tmp_path):
     assert result.exit_code == 2 and "--nproc 2" in result.output
     assert _plan("--devices", 1, "--bench", path).exit_code == 0
     assert _plan("--devices", 8, "--bench", path, "--link", "25GB/s,5us").exit_code == 0
+    uneven = _plan("--devices", 1, "--bench", path, "--baseline-devices", 3)  # B0 = 16
+    assert uneven.exit_code == 2 and "--baseline-devices 3" in uneven.output
     other = tmp_path / "other.json"
     _bench(recipe="gnmt").write(other)
     refused = _plan("--devices", 8, "--bench", other)
