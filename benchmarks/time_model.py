@@ -3,13 +3,14 @@
     python benchmarks/time_model.py [--out /tmp/time-model] [--batches 256,512]
 
 For lenet-mnist and lstm-mnist (1 epoch: benchmarks/*-1ep.yaml, MNIST in data/mnist) at 1 and 2
-processes (gloo): `date bench --nproc P`, then for each batch a whole 1-epoch `date scale` run
-logging every 5 steps, twice. The measured step time is the median over a run's log intervals
-(after the first) of Δ training seconds / Δ steps; the measured run time is the training seconds
-at its last step (evaluations left out, as the model leaves them out); of the two runs, the faster
-(on a shared VM the same command's time moves by up to 2× from one run to the next, and
-interference only ever slows a run). The forecast is `date plan --json
---bench`'s ``time.step_seconds`` and ``time.run_seconds`` (no overlap). Then the link: an
+processes (gloo): `date bench --nproc P` before and after the cells, and for each batch a whole
+1-epoch `date scale` run logging every 5 steps, twice (at 2 processes also the larger batch under
+``--parallel fsdp``, reported beside the table and not held to 30%). The measured step time is the
+median over a run's log intervals (after the first) of Δ training seconds / Δ steps; the measured
+run time is the training seconds at its last step (evaluations left out, as the model leaves them
+out). The forecast is `date plan --json --bench`'s ``time.step_seconds`` and ``time.run_seconds``
+(no overlap). Each side keeps the faster of its two: on a shared VM the same command's time moves
+by up to 1.5× from one run to the next, and interference only ever slows a run. Then the link: an
 all-reduce of a size the bench did not time (3 MiB), timed on its own at 2 processes, against
 2(N−1)α + 2(N−1)/N · bytes/β from the 2-process bench. Prints one table; exit 1 if a ratio is
 outside [0.7, 1.3]. Run it on an idle machine: the bench and the runs must see the same CPUs.
@@ -76,26 +77,39 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="time-model-")))
     parser.add_argument("--batches", default="256,512")
     args = parser.parse_args()
+    if args.out.exists() and any(args.out.iterdir()):  # a run folder left there would resume
+        sys.exit(f"--out {args.out}: not empty; give a new folder (a run left in it would resume "
+                 "instead of training).")
     batches = [int(b) for b in args.batches.split(",")]
-    rows, worst = [], 0.0
+    rows, sharded, worst = [], [], 0.0
     for name, spec in SPECS.items():
         for nproc in (1, 2):
-            bench = args.out / f"bench-{name}-{nproc}"
-            date("bench", spec, "--nproc", nproc, "-o", bench)
-            for batch in batches:
-                times = []
+            benches = [args.out / f"bench-{name}-{nproc}-{i}" for i in (1, 2)]
+            date("bench", spec, "--nproc", nproc, "-o", benches[0])
+            cells = [(batch, "ddp") for batch in batches]
+            cells += [(batches[-1], "fsdp")] if nproc == 2 else []
+            runs = {}
+            for batch, parallel in cells:
                 for attempt in (1, 2):
-                    run = args.out / f"run-{name}-{nproc}-{batch}-{attempt}"
+                    run = args.out / f"run-{name}-{nproc}-{batch}-{parallel}-{attempt}"
                     date("scale", spec, "--batch", batch, "--nproc", nproc, "-o", run,
-                         "--set", "train.log_every=5")
-                    times.append(measured(run))
-                step, total = min(times)
-                plan = json.loads(date("plan", spec, "--batch", batch, "--nproc", nproc,
-                                       "--bench", bench / "bench.json", "--json").stdout)
-                f_step, f_total = plan["time"]["step_seconds"], plan["time"]["run_seconds"]
-                rows.append((name, nproc, batch, f_step, step, f_total, total))
+                         "--parallel", parallel, "--set", "train.log_every=5")
+                    runs.setdefault((batch, parallel), []).append(measured(run))
+            date("bench", spec, "--nproc", nproc, "-o", benches[1])
+            for (batch, parallel), times in runs.items():
+                step, total = min(t[0] for t in times), min(t[1] for t in times)
+                forecasts = [json.loads(date(
+                    "plan", spec, "--batch", batch, "--nproc", nproc, "--parallel", parallel,
+                    "--bench", b / "bench.json", "--json").stdout)["time"] for b in benches]
+                f_step = min(f["step_seconds"] for f in forecasts)
+                f_total = min(f["run_seconds"] for f in forecasts)
+                row = (name, nproc, batch, f_step, step, f_total, total)
+                if parallel == "fsdp":
+                    sharded.append(row)
+                    continue
+                rows.append(row)
                 worst = max(worst, abs(f_step / step - 1), abs(f_total / total - 1))
-    bench = json.loads((args.out / "bench-lenet-mnist-2" / "bench.json").read_text())
+    bench = json.loads((args.out / "bench-lenet-mnist-2-1" / "bench.json").read_text())
     link = bench["link"]
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                           "--nproc-per-node", "2", __file__, "--allreduce", str(SIZE)],
@@ -108,6 +122,13 @@ def main() -> None:
           "measured | ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, nproc, batch, fs, s, ft, t in rows:
+        print(f"| {name} | {nproc} | {batch} | {fs * 1e3:.1f} ms | {s * 1e3:.1f} ms | "
+              f"{fs / s:.2f} | {ft:.1f} s | {t:.1f} s | {ft / t:.2f} |")
+    print("\n--parallel fsdp (the sharded term; not held to 30%: see docs/performance.md):\n")
+    print("| recipe | processes | batch | step: forecast | measured | ratio | run: forecast | "
+          "measured | ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, nproc, batch, fs, s, ft, t in sharded:
         print(f"| {name} | {nproc} | {batch} | {fs * 1e3:.1f} ms | {s * 1e3:.1f} ms | "
               f"{fs / s:.2f} | {ft:.1f} s | {t:.1f} s | {ft / t:.2f} |")
     print(f"\nall-reduce of {SIZE / 2**20:.0f} MiB at 2 processes: model {model * 1e3:.2f} ms "

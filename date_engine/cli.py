@@ -261,7 +261,7 @@ def _forecasts(timed, spec: Spec, planned, size: int, micro_batch: int | None, r
         each = planned if name == spec.date.budget else resolve_plan(
             spec.model_copy(update={"date": spec.date.model_copy(update={"budget": name})}),
             size, planned.split.world_size, micro_batch, recipe)
-        times[name] = forecast(bench, each, baseline_devices, link)
+        times[name] = forecast(bench, each, baseline_devices, link, spec.train.precision)
     return times
 
 
@@ -555,7 +555,7 @@ LinkOpt = Annotated[Optional[str], _opt(
     "(NVLink, InfiniBand), instead of the one measured here.")]
 MicroBatchesOpt = Annotated[Optional[str], _opt(
     "--micro-batches", help="Micro-batch sizes to time, comma-separated (default: the recipe's "
-    "micro-batch, its quarter and its sixteenth).")]
+    "micro-batch and its half, quarter, eighth and sixteenth).")]
 
 
 @app.command("bench", epilog="Example: date bench lenet-mnist --nproc 2 -o bench/, then date plan "
@@ -577,7 +577,7 @@ def bench_command(
         given = parse_link(link) if link is not None else None
         if micro_batches is None:  # a run's micro-batches lie at or below the recipe's
             most = recipe.default_micro_batch
-            sizes = sorted({max(1, most // 16), max(1, most // 4), most})
+            sizes = sorted({max(1, most >> k) for k in range(5)})  # m, m/2, …, m/16
         else:
             sizes = sorted({parse_size(x, "--micro-batches") for x in micro_batches.split(",")})
         output = output_folder(output_dir, "--output-dir") / "bench.json"

@@ -2,8 +2,9 @@
 
 ``date bench`` measures, on the machine it runs on (bench.json, :class:`Bench`):
 
-- the recipe's forward and backward pass of one micro-batch of b samples, fitted as
-  T_c(b) = a + c·b over 2–3 micro-batch sizes;
+- the recipe's forward and backward pass of one micro-batch of b samples at several sizes (by
+  default the recipe's micro-batch m and m/2 … m/16): T_c(b) between two measured sizes is the
+  line through them, beyond them the line T_c(b) = a + c·b fitted to all;
 - the optimizer's step over the whole model;
 - an all-reduce of several sizes at P processes on the run's backend, fitted as a ring all-reduce
   T(N, bytes) = 2(N−1)·α + 2(N−1)/N · bytes/β (α the latency of one message, β the link's bytes
@@ -11,17 +12,32 @@
 
 One optimizer step of a global batch B = micro × N × accumulation on N devices then takes
 
-    T_step = accumulation · T_c(micro) + T_comm(N) + T_opt        (no overlap: the upper bound)
-    T_step = max(accumulation · T_c(micro), T_comm(N)) + T_opt    (full overlap: the lower bound)
+    T_step = accum · T_c(micro) + T_comm(N) + T_sync + T_opt        (no overlap: upper bound)
+    T_step = max(accum · T_c(micro), T_comm(N)) + T_sync + T_opt    (full overlap: lower bound)
 
-with T_comm the all-reduce of the gradient's bytes (DDP overlaps it with the backward pass). A run
-is its steps' sum (a ramp's stages each at their own split); the baseline runs its I0 steps of B0
-on B0/micro devices; the speedup is the baseline's time over the run's. Torch-free: ``date plan``
+with T_sync(micro) (N > 1) what the bench's synchronised pass at P processes took beyond its compute
+and the modelled all-reduce at that micro-batch: the wait for the slower process and the
+collectives' host costs, held constant in N (stragglers grow with N: a lower bound there).
+
+with T_comm the all-reduce of the gradient's bytes (DDP overlaps it with the backward pass). A
+sharded model (``train.parallel: fsdp``) instead gathers its parameters before every micro-batch's
+forward and again before its backward, and reduce-scatters the gradient once a step, each a ring
+collective of (N−1)·α + (N−1)/N · bytes/β:
+
+    T_comm = accumulation · 2 · AG(parameter bytes) + RS(gradient bytes) [+ 2(N−1)·α: the layer
+             norms' all-reduce where the step needs them]
+
+with T_opt the bench's whole-model step, not ÷ N: a shard's step runs without the fused per-layer
+kernels, and on the development CPU it took 1.71× the whole model's fused step (docs/training.md).
+
+A run is its steps' sum (a ramp's stages each at their own split); the baseline runs its I0 steps of
+B0 on B0/micro devices; the speedup is the baseline's time over the run's. Torch-free: ``date plan``
 reads bench.json without importing torch.
 
-Left out: data loading, evaluation and checkpoints, stragglers and contention, the collectives of
-a sharded model (fsdp), and a compute time that changes with the device (the bench's is the
-one device it ran on).
+Left out: data loading, evaluation and checkpoints, stragglers and contention, a collective's
+latency per sharding unit (fsdp gathers unit by unit: α is counted once per collective), the
+sharded step's own overheads on the host, and a compute time that changes with the device (the
+bench's is the one device it ran on).
 """
 
 from __future__ import annotations
@@ -29,7 +45,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +55,7 @@ if TYPE_CHECKING:
     from date_engine.runplan import BatchSplit, RunPlan
 
 __all__ = ["FORMAT", "Bench", "Link", "StepTime", "TimeForecast", "allreduce_seconds",
-           "fit_line", "forecast", "parse_link", "step_time"]
+           "fit_line", "forecast", "gather_seconds", "parse_link", "step_time"]
 
 FORMAT = 1
 
@@ -84,6 +100,10 @@ class Bench:
     allreduce_points: tuple[tuple[int, float], ...] = ()
     """(bytes, median seconds) measured at P processes."""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    wait_points: tuple[tuple[int, float], ...] = ()
+    """(micro-batch, seconds) a synchronised pass at P processes took beyond its compute and the
+    modelled all-reduce (waiting for the slower process, the collectives' host costs): the run's
+    pass (DDP, then the step's all-reduce of flags) timed beside the plain one."""
 
     def check(self, path: Path, recipe: str | None, devices: int, link: Link | None) -> None:
         """Refuse, in one sentence, to forecast ``recipe`` on ``devices`` from this bench: one of
@@ -97,7 +117,21 @@ class Bench:
                             "BANDWIDTH,LATENCY.")
 
     def compute_seconds(self, micro: int) -> float:
-        return self.compute_fixed + self.compute_per_sample * micro
+        """T_c(micro): between two measured sizes, the straight line through them (a pass's time
+        bends where its activations outgrow a cache, and a global line would miss the bend);
+        outside the measured sizes, the fitted a + c·b."""
+        return _between(self.compute_points, micro,
+                        lambda: self.compute_fixed + self.compute_per_sample * micro)
+
+    def wait_seconds(self, micro: int) -> float:
+        """T_sync(micro), a synchronised step's wait (0 without a measurement): between two
+        measured sizes the line through them, beyond them the nearest one's (a difference of two
+        medians, too noisy to extend a slope from)."""
+        if not self.wait_points:
+            return 0.0
+        points = sorted(self.wait_points)
+        return _between(points, micro, lambda: points[0][1] if micro < points[0][0]
+                        else points[-1][1])
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -131,12 +165,22 @@ class Bench:
             raise DateError(f"{path}: a field is missing or unknown ({exc}); run date bench "
                             "again.") from None
         numbers = (bench.compute_fixed, bench.compute_per_sample, bench.optimizer_seconds,
-                   bench.link.alpha, bench.link.beta)
+                   bench.link.alpha, bench.link.beta, *(w for _, w in bench.wait_points))
         if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in numbers) \
                 or bench.link.beta <= 0:
             raise DateError(f"{path}: its times must be finite, non-negative numbers and β "
                             "positive; run date bench again.")
         return bench
+
+
+def _between(points, x: float, beyond) -> float:
+    """The line through the two of ``points`` (x, y) either side of ``x``; ``beyond()`` outside
+    them."""
+    points = sorted(points)
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return beyond()
 
 
 def allreduce_seconds(link: Link, devices: int, size: int) -> float:
@@ -205,19 +249,41 @@ class StepTime:
     compute: float
     """accumulation · T_c(micro)."""
     communication: float
-    """The all-reduce of the gradient."""
+    """The all-reduce of the gradient (fsdp: the gathers and the reduce-scatter)."""
     optimizer: float
     no_overlap: float
-    """compute + communication + optimizer: the upper bound."""
+    """compute + communication + synchronisation + optimizer: the upper bound."""
     overlap: float
-    """max(compute, communication) + optimizer: the lower bound."""
+    """max(compute, communication) + synchronisation + optimizer: the lower bound."""
+    synchronisation: float = 0.0
+    """The bench's wait of a synchronised step at the micro-batch, on more than one device."""
 
 
-def step_time(bench: Bench, split: BatchSplit, link: Link | None = None) -> StepTime:
+def gather_seconds(link: Link, devices: int, size: int) -> float:
+    """A ring all-gather (or reduce-scatter) of ``size`` bytes in all over ``devices``: (N−1)·α +
+    (N−1)/N · size/β, half an all-reduce (0 on one device)."""
+    return allreduce_seconds(link, devices, size) / 2
+
+
+def step_time(bench: Bench, split: BatchSplit, link: Link | None = None, *,
+              gather_bytes: int | None = None, layer_norms: bool = False) -> StepTime:
+    """One step of ``split``; sharded (fsdp), with parameters gathered at ``gather_bytes`` (the
+    compute dtype's; default the gradient's fp32 bytes) and, with ``layer_norms``, the all-reduce
+    of every layer's norms."""
+    link = link or bench.link
+    n = split.world_size
     compute = split.accumulation_steps * bench.compute_seconds(split.micro_batch)
-    comm = allreduce_seconds(link or bench.link, split.world_size, bench.gradient_bytes)
     opt = bench.optimizer_seconds
-    return StepTime(compute, comm, opt, compute + comm + opt, max(compute, comm) + opt)
+    if split.sharded and n > 1:
+        gathered = bench.gradient_bytes if gather_bytes is None else gather_bytes
+        comm = (2 * split.accumulation_steps * gather_seconds(link, n, gathered)
+                + gather_seconds(link, n, bench.gradient_bytes)
+                + (allreduce_seconds(link, n, 0) if layer_norms else 0.0))
+    else:
+        comm = allreduce_seconds(link, n, bench.gradient_bytes)
+    wait = bench.wait_seconds(split.micro_batch) if n > 1 else 0.0
+    return StepTime(compute, comm, opt, compute + comm + wait + opt,
+                    max(compute, comm) + wait + opt, wait)
 
 
 @dataclass(frozen=True)
@@ -238,9 +304,12 @@ class TimeForecast:
     speedup: float
     """baseline_seconds / run_seconds (both without overlap)."""
     link: Link
+    parallel: str = "ddp"
+    """The split's ``train.parallel``: fsdp's communication is gathers and a reduce-scatter."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"devices": self.devices, "step_seconds": self.step.no_overlap,
+        return {"devices": self.devices, "parallel": self.parallel,
+                "step_seconds": self.step.no_overlap,
                 "step_seconds_overlap": self.step.overlap, "step": asdict(self.step),
                 "steps": self.steps, "run_seconds": self.run_seconds,
                 "run_seconds_overlap": self.run_seconds_overlap,
@@ -251,29 +320,36 @@ class TimeForecast:
 
 
 def forecast(bench: Bench, planned: RunPlan, baseline_devices: int | None = None,
-             link: Link | None = None) -> TimeForecast:
+             link: Link | None = None, precision: str = "fp32") -> TimeForecast:
     """The time of ``planned`` (its split's devices) and of its baseline on ``baseline_devices``
-    (default: B0 / the run's micro-batch, the baseline's batch on devices as full as the run's)."""
+    (default: B0 / the run's micro-batch, the baseline's batch on devices as full as the run's),
+    the baseline replicated as the run is (a sharded run's baseline sharded too); ``precision``
+    the run's (a sharded bf16/fp16 run gathers half the bytes)."""
     from date_engine.runplan import largest_divisor, split_batch
 
     plan, split = planned.plan, planned.split
     link = link or bench.link
+    sharded = {"gather_bytes": bench.gradient_bytes // 2 if precision in ("bf16", "fp16")
+               else bench.gradient_bytes, "layer_norms": planned.sharding().layer_norms}
     total = overlap = 0.0
     step = 1
     while step <= plan.total_iterations:  # a ramp: each stage at its own split
         stage = plan.stage_at(step)
         last = stage.last_step if stage is not None else plan.total_iterations
         last = min(last, plan.total_iterations)
-        t = step_time(bench, planned.split_at(step), link)
+        t = step_time(bench, planned.split_at(step), link, **sharded)
         total += (last - step + 1) * t.no_overlap
         overlap += (last - step + 1) * t.overlap
         step = last + 1
     b0 = plan.baseline_batch
     micro = min(split.micro_batch, b0)
     n0 = baseline_devices or max(1, b0 // micro)
-    base_split = split_batch(b0, n0, largest_divisor(b0 // n0, micro))
-    base_step = step_time(bench, base_split, link)
+    base_split = replace(split_batch(b0, n0, largest_divisor(b0 // n0, micro)),
+                         parallel=split.parallel)
+    base_step = step_time(bench, base_split, link, **sharded)
     base_seconds = plan.baseline_iterations * base_step.no_overlap
-    return TimeForecast(split.world_size, step_time(bench, split, link), plan.total_iterations,
+    return TimeForecast(split.world_size, step_time(bench, split, link, **sharded),
+                        plan.total_iterations,
                         total, overlap, n0, base_step, plan.baseline_iterations, base_seconds,
-                        base_seconds / total if total > 0 else float("inf"), link)
+                        base_seconds / total if total > 0 else float("inf"), link,
+                        split.parallel)

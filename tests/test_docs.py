@@ -507,10 +507,17 @@ def test_the_time_models_check_is_what_its_benchmark_printed():
     import re
 
     saved = (ROOT / "docs" / "results" / "bench" / "time_model.md").read_text()
-    ratios = [float(x) for x in re.findall(r"\| ([0-9]\.[0-9]{2}) \|", saved)]
+    ddp = saved.split("--parallel fsdp")[0]  # the table held to 30%, not the sharded rows
+    ratios = [float(x) for x in re.findall(r"\| ([0-9]\.[0-9]{2}) \|", ddp)]
     assert len(ratios) == 16  # 8 cells: step and run
+    within = sum(abs(a - 1) <= 0.3 and abs(b - 1) <= 0.3 for a, b in zip(ratios[::2],
+                                                                          ratios[1::2]))
     text = " ".join(README.split())
-    assert f"within {min(ratios):.2f}–{max(ratios):.2f}× of the measured one" in text
-    performance = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    assert f"within {min(ratios):.2f}–{max(ratios):.2f}× of the measured ones, {within} of the 8 " \
+        "cells within 30%" in text
+    page = (ROOT / "docs" / "performance.md").read_text()
     worst = max(abs(r - 1) for r in ratios)
-    assert f"Worst |ratio − 1| of the run: {worst:.2f} over the step and run times" in performance
+    assert f"Worst |ratio − 1| of the run: {worst:.2f} over the step and run times — {within} " \
+        "of the 8 cells within 30%" in " ".join(page.split())
+    shown = _section(page, "## Time on N devices")
+    assert all(row in shown for row in ddp.splitlines() if row.startswith(("| lenet", "| lstm")))

@@ -91,6 +91,65 @@ def test_a_step_is_compute_all_reduce_and_update_with_its_bounds():
     assert t.no_overlap == pytest.approx(compute + comm + 5e-4)
     assert t.overlap == pytest.approx(max(compute, comm) + 5e-4)
     assert step_time(bench, BatchSplit(64, 1, 1)).communication == 0.0
+    # measured: a synchronised pass's wait, 2 ms at micro-batch 32 and 4 ms at 128
+    waiting = _bench(wait_points=((32, 2e-3), (128, 4e-3)))
+    assert waiting.wait_seconds(64) == pytest.approx(2e-3 + 2e-3 / 3)
+    assert step_time(waiting, BatchSplit(64, 4, 2)).no_overlap == pytest.approx(
+        t.no_overlap + 2e-3 + 2e-3 / 3)  # once a step, whatever the accumulation
+    assert step_time(waiting, BatchSplit(128, 4, 2)).overlap == pytest.approx(
+        step_time(bench, BatchSplit(128, 4, 2)).overlap + 4e-3)
+    # beyond the sizes timed, the nearest one's: no slope extended from two noisy differences
+    assert (waiting.wait_seconds(16), waiting.wait_seconds(1024)) == (2e-3, 4e-3)
+    assert step_time(waiting, BatchSplit(64, 1, 2)) == step_time(bench, BatchSplit(64, 1, 2))
+
+
+def test_compute_between_measured_sizes_follows_the_measurements():
+    """A pass's time bends where its activations outgrow a cache: between two timed sizes the
+    forecast is the line through them, outside them the fitted a + c·b."""
+    points = ((64, 6e-3), (256, 18e-3), (512, 45e-3), (1024, 90e-3))
+    bench = _bench(compute_points=points, compute_fixed=1e-3, compute_per_sample=8e-5)
+    assert bench.compute_seconds(512) == pytest.approx(45e-3)  # measured: not the line's 42 ms
+    assert bench.compute_seconds(384) == pytest.approx((18e-3 + 45e-3) / 2)
+    assert bench.compute_seconds(2048) == pytest.approx(1e-3 + 8e-5 * 2048)
+    assert bench.compute_seconds(16) == pytest.approx(1e-3 + 8e-5 * 16)
+
+
+def test_a_sharded_step_gathers_twice_a_pass_and_reduce_scatters_once():
+    """fsdp: every micro-batch gathers the parameters before forward and before backward, the
+    gradient is reduce-scattered once a step; the optimizer's step is the bench's (unfused on
+    shards, not faster)."""
+    bench = _bench()
+    t = step_time(bench, BatchSplit(64, 4, 3, "fsdp"))
+    gather = 3 * 20e-6 + 0.75 * 4000 / 2e9  # (N−1)α + (N−1)/N · bytes/β
+    assert t.communication == pytest.approx(2 * 3 * gather + gather)
+    assert t.optimizer == 5e-4
+    assert t.compute == step_time(bench, BatchSplit(64, 4, 3)).compute
+    # with accumulation 1 and no layer norms: 1.5 all-reduces of the gradient
+    once = step_time(bench, BatchSplit(64, 4, 1, "fsdp"))
+    assert once.communication == pytest.approx(1.5 * allreduce_seconds(LINK, 4, 4000))
+    half = step_time(bench, BatchSplit(64, 4, 1, "fsdp"), gather_bytes=2000)  # bf16 gathers
+    assert half.communication == pytest.approx(once.communication - 2 * 0.75 * 2000 / 2e9)
+    normed = step_time(bench, BatchSplit(64, 4, 1, "fsdp"), layer_norms=True)
+    assert normed.communication == pytest.approx(once.communication + 6 * 20e-6)
+    assert step_time(bench, BatchSplit(64, 1, 1, "fsdp")) == step_time(bench,
+                                                                        BatchSplit(64, 1, 1))
+
+
+def test_a_sharded_plan_forecasts_the_sharded_step(tmp_path):
+    path = tmp_path / "bench.json"
+    _bench().write(path)
+    document = json.loads(_plan("--devices", 16, "--bench", path, "--parallel", "fsdp",
+                                "--json").stdout)
+    spec = _digits()
+    spec = spec.model_copy(update={"train": spec.train.model_copy(update={"parallel": "fsdp"})})
+    planned = resolve_plan(spec, 256, world_size=16)
+    assert planned.split.sharded
+    expected = forecast(_bench(), planned)
+    assert document["time"]["parallel"] == "fsdp"
+    assert document["time"]["step_seconds"] == pytest.approx(expected.step.no_overlap)
+    assert document["time"]["baseline"]["seconds"] == pytest.approx(expected.baseline_seconds)
+    shown = _plan("--devices", 16, "--bench", path, "--parallel", "fsdp")
+    assert "gathers + reduce-scatter" in shown.stdout
 
 
 def _digits():
@@ -222,6 +281,9 @@ def test_date_bench_writes_what_the_plan_forecasts_from(tmp_path):
     sizes = [b for b, _ in bench.allreduce_points]
     assert bench.gradient_bytes in sizes and len(sizes) >= 4
     assert bench.link.source == "measured" and bench.link.beta > 0
+    # the synchronised pass, timed at 2 processes at every size
+    assert [m for m, _ in bench.wait_points] == [16, 64]
+    assert all(0 <= w < 1 for _, w in bench.wait_points)
     planned = date("plan", "lenet-digits", "--batch", 256, "--devices", 4, "--bench",
                    tmp_path / "bench" / "bench.json", "--json")
     assert planned.returncode == 0, planned.stderr

@@ -163,7 +163,8 @@ def sweep_time_forecast(bench_path: Path, cells: list[PlannedCell], recipe: str)
 
     bench = Bench.read(bench_path)
     bench.check(bench_path, recipe, max(p.run_plan.split.world_size for p in cells), None)
-    seconds = {p.cell.name: forecast(bench, p.run_plan).run_seconds for p in cells}
+    seconds = {p.cell.name: forecast(bench, p.run_plan, precision=p.spec.get("train", {}).get(
+        "precision", "fp32")).run_seconds for p in cells}
     return {"bench": str(bench_path), "machine": bench.machine, "cells": seconds}
 
 

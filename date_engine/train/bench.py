@@ -3,10 +3,13 @@
 Every process of the job (``--nproc P``, started by torch's elastic agent as ``date scale``'s are,
 with the threads a run at P processes gets) times, at the same moment:
 
-- the recipe's forward and backward pass on micro-batches of 2–3 sizes (median of repeats after
-  a warm-up), on the model the run builds (plain: the all-reduce is timed on its own);
+- the recipe's forward and backward pass on micro-batches of several sizes (median of repeats
+  after a warm-up), each pass on the loader's next micro-batch (read and collated, as the trainer
+  does), on the model the run builds (plain: the all-reduce is timed on its own);
 - the optimizer step the plan builds (DATE over the baseline's optimizer), over the whole model;
-- with P ≥ 2, an all-reduce of several sizes up to the gradient's, on the run's backend.
+- with P ≥ 2, an all-reduce of several sizes up to the gradient's, on the run's backend, and the
+  pass as a step of the run takes it (under DDP, then the step's small all-reduce of flags): what
+  it takes beyond the plain pass and the modelled all-reduce is the step's synchronisation.
 
 Rank 0 fits T_c(b) = a + c·b (averaged over the processes) and the ring all-reduce's α and β, and
 writes bench.json. ``python -m date_engine.train.bench --config <bench config>.json``.
@@ -15,11 +18,13 @@ writes bench.json. ``python -m date_engine.train.bench --config <bench config>.j
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,21 +36,24 @@ from date_engine.optim.build import build_optimizer
 from date_engine.recipes import DataOptions, get_recipe
 from date_engine.runplan import resolve_plan
 from date_engine.spec import parse_spec
-from date_engine.timing import Bench, Link, fit_line, link_from_points
+from date_engine.timing import Bench, Link, allreduce_seconds, fit_line, link_from_points
 from date_engine.train.runtime import die_with_parent, setup, teardown
 from date_engine.train.step import to_device
 
 __all__ = ["main", "measure", "run"]
 
 WARMUP, REPEATS = 3, 15
-ALLREDUCE_SIZES = (1 << 12, 1 << 16, 1 << 20, 1 << 22)
+ALLREDUCE_SIZES = (1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 21, 1 << 22, 1 << 23)
 """Bytes of the timed all-reduces, besides the gradient's own size."""
 
 
 def _median_seconds(works: dict[Any, Callable[[], object]], repeats: int,
-                    sync: Callable[[], None]) -> dict[Any, float]:
+                    sync: Callable[[], None],
+                    align: Callable[[], object] = lambda: None) -> dict[Any, float]:
     """The median seconds of each of ``works``, timed round after round (one of each per round),
-    so that a machine that slows down for a while slows them all alike."""
+    so that a machine that slows down for a while slows them all alike; each started after
+    ``align`` (in a job, a barrier: the processes time the same work at the same moment, and a
+    collective does not count the time another process spent on the work before)."""
     for work in works.values():
         for _ in range(WARMUP):
             work()
@@ -53,11 +61,39 @@ def _median_seconds(works: dict[Any, Callable[[], object]], repeats: int,
     times: dict[Any, list[float]] = {key: [] for key in works}
     for _ in range(repeats):
         for key, work in works.items():
+            align()
             start = time.perf_counter()
             work()
             sync()
             times[key].append(time.perf_counter() - start)
     return {key: statistics.median(t) for key, t in times.items()}
+
+
+def _cycle(loader: torch.utils.data.DataLoader) -> Iterator[Any]:
+    """The loader's batches, epoch after epoch."""
+    while True:
+        yield from loader
+
+
+def _pass(module: torch.nn.Module, micro: int, recipe, data, rt, flags: torch.Tensor | None
+          ) -> Callable[[], None]:
+    """One forward and backward pass of ``module`` on the loader's next micro-batch (read and
+    collated as the trainer's loader does it: a pass that reused one batch would time warm caches
+    and no loading), then, with ``flags``, the step's small all-reduce."""
+    batches = _cycle(torch.utils.data.DataLoader(
+        data.train, batch_size=micro, shuffle=True, drop_last=micro <= len(data.train),
+        collate_fn=data.collate, generator=torch.Generator().manual_seed(micro)))
+
+    def work() -> None:
+        batch = to_device(next(batches), rt.device)
+        module.zero_grad(set_to_none=False)
+        with rt.autocast():
+            loss = recipe.loss(module, batch, data)
+        loss.backward()
+        if flags is not None:
+            dist.all_reduce(flags)
+
+    return work
 
 
 def measure(config: dict) -> Bench | None:
@@ -78,28 +114,28 @@ def measure(config: dict) -> Bench | None:
         sync = torch.cuda.synchronize if rt.device.type == "cuda" else (lambda: None)
         repeats = config.get("repeats", REPEATS)
 
+        # the plain pass at every size, and in a job the same pass as a step of the run takes
+        # it (under DDP, on a copy whose hooks stay off the plain model, then the step's
+        # all-reduce of flags)
+        wrapped = rt.wrap(copy.deepcopy(model)) if rt.distributed else None
+        flags = torch.zeros(4, device=rt.device)
         passes = {}
         for micro in config["micro_batches"]:
-            # the first micro-batch the trainer's loader would build (the recipe's collate)
-            loader = torch.utils.data.DataLoader(data.train, batch_size=micro,
-                                                 collate_fn=data.collate)
-            batch = to_device(next(iter(loader)), rt.device)
-
-            def pass_(batch=batch):
-                optimizer.zero_grad(set_to_none=False)
-                with rt.autocast():
-                    loss = recipe.loss(model, batch, data)
-                loss.backward()
-
-            passes[micro] = pass_
-        points = list(_median_seconds(passes, repeats, sync).items())
-        step = _median_seconds({"step": optimizer.step}, repeats, sync)["step"]
-        mine = torch.tensor([s for _, s in points] + [step], dtype=torch.float64)
+            for key, module in (("plain", model), ("synchronised", wrapped)):
+                if module is not None:
+                    passes[key, micro] = _pass(module, micro, recipe, data, rt,
+                                               flags if key == "synchronised" else None)
+        align = dist.barrier if rt.distributed else (lambda: None)
+        medians = _median_seconds(passes, repeats, sync, align)
+        step = _median_seconds({"step": optimizer.step}, repeats, sync, align)["step"]
+        keys = list(medians)
+        mine = torch.tensor([medians[k] for k in keys] + [step], dtype=torch.float64)
         if rt.distributed:  # the mean over the processes that computed side by side
             dist.all_reduce(mine)
             mine /= rt.world_size
-        points = [(m, float(s)) for (m, _), s in zip(points, mine[:-1].tolist())]
+        timed = dict(zip(keys, mine[:-1].tolist()))
         step = float(mine[-1])
+        points = [(m, timed["plain", m]) for m in config["micro_batches"]]
 
         parameters = sum(p.numel() for p in model.parameters())
         gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
@@ -118,18 +154,22 @@ def measure(config: dict) -> Bench | None:
         a, c = fit_line([(float(m), s) for m, s in points])
         given = config.get("link")
         notes = []
-        if given is not None:
-            link = Link(**given)
-        elif reduced:
-            link = link_from_points(reduced, rt.world_size)
-        else:
-            link = Link(0.0, 1.0, "none")
+        measured = link_from_points(reduced, rt.world_size) if reduced else None
+        link = Link(**given) if given is not None else measured or Link(0.0, 1.0, "none")
+        if measured is None:
             notes.append("one process: no all-reduce was timed; forecasts for more than one "
                          "device need date bench --nproc 2 or --link.")
-        return Bench(recipe.name, describe(), torch.__version__, rt.device.type,
-                     rt.backend or "none", rt.world_size, torch.get_num_threads(), parameters,
-                     gradient_bytes, a, c, step, link, tuple(points), tuple(reduced),
-                     tuple(notes))
+        bench = Bench(recipe.name, describe(), torch.__version__, rt.device.type,
+                      rt.backend or "none", rt.world_size, torch.get_num_threads(), parameters,
+                      gradient_bytes, a, c, step, link, tuple(points), tuple(reduced),
+                      tuple(notes))
+        if measured is None:
+            return bench
+        # what a synchronised pass took beyond its compute and the modelled all-reduce: the
+        # wait for the slower process and the collectives' own costs on this machine
+        ring = allreduce_seconds(measured, rt.world_size, gradient_bytes)
+        waits = tuple((m, max(0.0, timed["synchronised", m] - t - ring)) for m, t in points)
+        return replace(bench, wait_points=waits)
     finally:
         teardown(rt)
 

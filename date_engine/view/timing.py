@@ -46,13 +46,18 @@ def render_bench(bench: Bench, path: Path) -> RenderableType:
     table.add_column("fit")
     points = ", ".join(f"{m}: {seconds(s)}" for m, s in bench.compute_points)
     table.add_row("forward + backward, per micro-batch", points,
-                  f"T_c(b) = {seconds(bench.compute_fixed)} + {seconds(bench.compute_per_sample)}"
-                  " · b")
+                  "between two sizes, the line through them; beyond, T_c(b) = "
+                  f"{seconds(bench.compute_fixed)} + {seconds(bench.compute_per_sample)} · b")
     table.add_row("optimizer step", seconds(bench.optimizer_seconds), "")
     reduced = ", ".join(f"{bytes_text(b)}: {seconds(s)}" for b, s in bench.allreduce_points)
     table.add_row("all-reduce", reduced or "—",
                   describe_link(bench.link) + ("" if bench.link.source == "none" else
                                                "; T = 2(N−1)α + 2(N−1)/N · bytes/β"))
+    if bench.wait_points:
+        table.add_row("synchronisation, per step",
+                      ", ".join(f"{m}: {seconds(w)}" for m, w in bench.wait_points),
+                      "the run's pass (DDP, the step's flags) beyond the plain pass and the "
+                      "all-reduce; between sizes, the line through them")
     lines: list[RenderableType] = [table, Text(
         f"{bench.parameters:,} parameters, {bytes_text(bench.gradient_bytes)} of gradient; "
         f"{bench.machine}. Written to {path}.")]
@@ -69,8 +74,17 @@ def render_time(forecast: TimeForecast, budgets: dict[str, TimeForecast]) -> Ren
     table.add_column("value", justify="right")
     table.add_column("from")
     table.add_row("compute", seconds(step.compute), "accumulation · T_c(micro-batch)")
-    table.add_row("all-reduce", seconds(step.communication),
-                  f"2(N−1)α + 2(N−1)/N · gradient/β, N = {forecast.devices}")
+    n = forecast.devices
+    if forecast.parallel == "fsdp":
+        table.add_row("gathers + reduce-scatter", seconds(step.communication),
+                      "accumulation · 2 · AG(parameters) + RS(gradient), each (N−1)α + "
+                      f"(N−1)/N · bytes/β, N = {n}")
+    else:
+        table.add_row("all-reduce", seconds(step.communication),
+                      f"2(N−1)α + 2(N−1)/N · gradient/β, N = {n}")
+    if n > 1:
+        table.add_row("synchronisation", seconds(step.synchronisation),
+                      "bench: the wait of a synchronised step, held constant in N")
     table.add_row("optimizer", seconds(step.optimizer), "bench")
     table.add_row("one step", f"{seconds(step.overlap)} – {seconds(step.no_overlap)}",
                   "full overlap – none")
@@ -82,6 +96,7 @@ def render_time(forecast: TimeForecast, budgets: dict[str, TimeForecast]) -> Ren
                   f"{'s' if forecast.baseline_devices != 1 else ''}")
     table.add_row("speedup", f"{forecast.speedup:.3g}×", "baseline ÷ run (no overlap)")
     return Group(table, Text(
-        f"Link: {describe_link(forecast.link)}. Left out: data loading, evaluations and "
-        "checkpoints, stragglers and contention; compute is the bench's device's.", style="dim"))
+        f"Link: {describe_link(forecast.link)}. Left out: evaluations and checkpoints, and "
+        "stragglers beyond what the bench's processes waited for; compute and that wait are the "
+        "bench's machine's.", style="dim"))
 
