@@ -117,14 +117,18 @@ def test_one_largest_divisor_rule_for_every_split():
             assert largest_divisor(n, cap) == want, (n, cap)
 
 
+def _in_one_interpreter(out, runs: list[str]) -> dict[str, dict]:
+    """One-process dry runs (``SPEC`` or ``SPEC@BATCH``) all in one interpreter
+    (tests/dry_runs.py): run -> exit code, stdout, stderr, whether its folder was left behind."""
+    result = run_group([sys.executable, "-m", "tests.dry_runs", out, *runs], timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {r["run"]: r for r in map(json.loads, result.stdout.splitlines())}
+
+
 @pytest.fixture(scope="module")
 def one_process_dry_runs(tmp_path_factory) -> dict[str, dict]:
-    """Every shipped recipe's one-process dry run, all in one interpreter (tests/dry_runs.py):
-    spec path -> exit code, stdout, stderr, whether its folder was left behind."""
-    out = tmp_path_factory.mktemp("dry-runs")
-    result = run_group([sys.executable, "-m", "tests.dry_runs", out, *SHIPPED], timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return {r["spec"]: r for r in map(json.loads, result.stdout.splitlines())}
+    """Every shipped recipe's one-process dry run at its B0."""
+    return _in_one_interpreter(tmp_path_factory.mktemp("dry-runs"), [str(p) for p in SHIPPED])
 
 
 @pytest.mark.slow
@@ -162,10 +166,19 @@ def test_dry_runs_at_larger_batches_train_the_printed_plan(nproc, tmp_path):
     """The same at 8·B0 and at the largest batch the plan allows, on the recipe that dry-runs in
     seconds (its real data ships with scikit-learn, so n comes from the data, as in real runs)."""
     path = RECIPES / "lenet-digits.yaml"
-    for batch in batches(path, nproc)[1:]:
-        result = date("scale", path, "--batch", batch, "--nproc", nproc, "--dry-run", "--json")
-        assert result.returncode == 0, result.stdout + result.stderr
+    larger = batches(path, nproc)[1:]
+    if nproc == 1:
+        ran = _in_one_interpreter(tmp_path, [f"{path}@{b}" for b in larger])
+    for batch in larger:
+        if nproc == 1:
+            returncode, stdout, stderr = (ran[f"{path}@{batch}"][k]
+                                          for k in ("exit_code", "stdout", "stderr"))
+        else:
+            result = date("scale", path, "--batch", batch, "--nproc", nproc, "--dry-run",
+                          "--json")
+            returncode, stdout, stderr = result.returncode, result.stdout, result.stderr
+        assert returncode == 0, stdout + stderr
         shown = plan_json(path, "--batch", batch, "--nproc", nproc, keep_step=True)
-        trained = json.loads(result.stdout)["plan"]
+        trained = json.loads(stdout)["plan"]
         assert trained.pop("sharding")["mode"] == "ddp"
         assert trained == shown  # "step" included, as date plan's
