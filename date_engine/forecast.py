@@ -33,7 +33,7 @@ __all__ = ["HELD_OUT_MISS", "HOLDING_FACTOR", "Forecast", "NoiseCurve", "batch_s
 HOLDING_FACTOR = 4 / 3
 """f at the largest batch expected to hold accuracy at the baseline's epochs (a calibration:
 docs/noise.md)."""
-HELD_OUT_MISS = 2.88
+HELD_OUT_MISS = 2.99
 """How far B_hold missed the largest batch that held on a study left out of the choice of its
 constant, at worst (docs/noise.md, "Held out"; a test recomputes it from studies/holdout.py)."""
 _GRID = 2000  # midpoints of the integral; the integrand is smooth and bounded by B/B0

@@ -38,6 +38,7 @@ WHAT = {
     "vit-mnist": "MNIST, ViT, AdamW",
     "bert-mlm": "Shakespeare text, BERT (MLM), AdamW",
     "fashion-lenet": "Fashion-MNIST, LeNet-5, RMSprop",
+    "digits-lenet": "scikit-learn digits (8×8), LeNet-5, RMSprop",
 }
 """Each study's data set, model and optimizer, for the tables."""
 
@@ -109,6 +110,9 @@ STUDIES = (
     Study("vit-mnist", ("probes/vit-mnist",), ("vit-mnist-rules",)),
     Study("fashion-lenet", ("probes/fashion-lenet",),
           ("fashion-lenet-batches", "fashion-lenet-budgets")),
+    Study("digits-lenet", ("probes/digits-lenet", "probes/digits-lenet-seed1",
+                           "probes/digits-lenet-seed2"),
+          ("digits-lenet-batches", "digits-lenet-budgets")),
 )
 """Every study with a probe and a same-epochs sweep of the default rule, in the order they were
 run (the first three chose 4/3)."""
@@ -233,6 +237,8 @@ BUDGETS = tuple(Budget(study, WHAT[study], *cells) for study, *cells in (
     ("bert-mlm", "bert-mlm-budgets-ramp", "date+ramp", 1024),
     *(("fashion-lenet", "fashion-lenet-budgets", f"date+{budget}", batch)
       for batch in (2048, 4096) for budget in ("same-epochs", "hold", "ramp")),
+    *(("digits-lenet", "digits-lenet-budgets", f"date+{budget}", batch)
+      for batch in (256, 512) for budget in ("same-epochs", "hold", "ramp")),
 ))
 """Every cell group of the default rule at 16× and 32× with a budget the plan offers, in the
 order the studies were run."""
