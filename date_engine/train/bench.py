@@ -156,7 +156,7 @@ def measure(config: dict) -> Bench | None:
         notes = []
         measured = link_from_points(reduced, rt.world_size) if reduced else None
         link = Link(**given) if given is not None else measured or Link(0.0, 1.0, "none")
-        if measured is None:
+        if measured is None and given is None:
             notes.append("one process: no all-reduce was timed; forecasts for more than one "
                          "device need date bench --nproc 2 or --link.")
         bench = Bench(recipe.name, describe(), torch.__version__, rt.device.type,
