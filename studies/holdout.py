@@ -226,6 +226,8 @@ BUDGETS = tuple(Budget(study, WHAT[study], *cells) for study, *cells in (
     ("lenet-mnist", "lenet-mnist-rules", "date", 2048),
     ("lenet-mnist", "lenet-mnist-rules", "date", 4096),
     ("lenet-mnist", "lenet-mnist-ramp-pairs", "date+ramp", 4096),
+    *(("lenet-mnist", "lenet-mnist-budgets", f"date+{budget}", batch)
+      for batch in (2048, 4096) for budget in ("hold", "ramp")),
     ("lstm-mnist", "lstm-mnist-momentum", "date", 2048),
     ("lstm-mnist", "lstm-mnist-budgets-hold", "date+same-epochs", 4096),
     ("lstm-mnist", "lstm-mnist-budgets-hold", "date+hold", 4096),
