@@ -567,7 +567,8 @@ def bench_command(
     = Path("bench"),
 ) -> None:
     """Time the recipe's forward and backward pass, the optimizer's step and an all-reduce on this
-    machine (a minute at most): writes bench.json for date plan --devices N --bench."""
+    machine (about half a minute for the MNIST recipes, longer for large models): writes
+    bench.json for date plan --devices N --bench."""
     with user_errors():
         from date_engine.timing import parse_link
 
