@@ -232,6 +232,8 @@ BUDGETS = tuple(Budget(study, WHAT[study], *cells) for study, *cells in (
     ("lstm-mnist", "lstm-mnist-budgets-hold", "date+same-epochs", 4096),
     ("lstm-mnist", "lstm-mnist-budgets-hold", "date+hold", 4096),
     ("lstm-mnist", "lstm-mnist-ramp-pairs", "date+ramp", 4096),
+    ("lstm-mnist", "lstm-mnist-budgets-16x", "date+hold", 2048),
+    ("lstm-mnist", "lstm-mnist-budgets-16x", "date+ramp", 2048),
     ("lstm-mnist-adam", "lstm-mnist-adam", "date", 2048),
     ("vit-mnist", "vit-mnist-rules", "date", 4096),
     ("vit-mnist", "vit-mnist-budgets-ramp", "date+ramp", 4096),
