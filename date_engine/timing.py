@@ -129,9 +129,9 @@ class Bench:
         medians, too noisy to extend a slope from)."""
         if not self.wait_points:
             return 0.0
-        points = sorted(self.wait_points)
-        return _between(points, micro, lambda: points[0][1] if micro < points[0][0]
-                        else points[-1][1])
+        first, last = min(self.wait_points), max(self.wait_points)
+        return _between(self.wait_points, micro,
+                        lambda: first[1] if micro < first[0] else last[1])
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -125,6 +125,15 @@ def _in_one_interpreter(out, runs: list[str]) -> dict[str, dict]:
     return {r["run"]: r for r in map(json.loads, result.stdout.splitlines())}
 
 
+def _dry_run(path, batch: int, nproc: int, out) -> dict:
+    """A dry run at ``nproc`` processes in a process of its own, as the records of
+    tests/dry_runs.py: exit code, stdout, stderr, whether its folder was left behind."""
+    result = date("scale", path, "--batch", batch, "--nproc", nproc, "--dry-run", "--json",
+                  "-o", out)
+    return {"exit_code": result.returncode, "stdout": result.stdout, "stderr": result.stderr,
+            "left": out.exists()}
+
+
 @pytest.fixture(scope="module")
 def one_process_dry_runs(tmp_path_factory) -> dict[str, dict]:
     """Every shipped recipe's one-process dry run at its B0."""
@@ -139,25 +148,17 @@ def test_dry_run_trains_the_plan_date_plan_prints(path, nproc, tmp_path, request
     the real worker (2 processes: torchrun's); its plan.json is `date plan --json`'s document,
     and nothing is left behind."""
     batch = load_spec(path).baseline.batch_size
-    if nproc == 1:  # `date scale` runs one process in its own: these share one interpreter
-        ran = request.getfixturevalue("one_process_dry_runs")[str(path)]
-        returncode, stdout, stderr, left = ran["exit_code"], ran["stdout"], ran["stderr"], \
-            ran["left"]
-    else:
-        out = tmp_path / "out"
-        result = date(
-            "scale", path, "--batch", batch, "--nproc", nproc, "--dry-run", "--json", "-o", out
-        )
-        returncode, stdout, stderr, left = result.returncode, result.stdout, result.stderr, \
-            out.exists()
-    assert returncode == 0, stdout + stderr
-    record = json.loads(stdout)
+    # `date scale` runs one process in its own: those share one interpreter
+    ran = request.getfixturevalue("one_process_dry_runs")[str(path)] if nproc == 1 \
+        else _dry_run(path, batch, nproc, tmp_path / "out")
+    assert ran["exit_code"] == 0, ran["stdout"] + ran["stderr"]
+    record = json.loads(ran["stdout"])
     assert record["plan"].pop("step")["path"] in ("fused", "foreach", "off")  # as date plan's
     assert record["plan"].pop("sharding")["mode"] == "ddp"
     assert record["plan"] == plan_json(path, "--batch", batch, "--nproc", nproc)
     assert record["summary"]["steps"] == record["summary"]["total_steps"] == 2
-    assert "dry run" in stderr and f"2 × {nproc} × 2" in stderr
-    assert not left
+    assert "dry run" in ran["stderr"] and f"2 × {nproc} × 2" in ran["stderr"]
+    assert not ran["left"]
 
 
 @pytest.mark.slow
@@ -167,18 +168,13 @@ def test_dry_runs_at_larger_batches_train_the_printed_plan(nproc, tmp_path):
     seconds (its real data ships with scikit-learn, so n comes from the data, as in real runs)."""
     path = RECIPES / "lenet-digits.yaml"
     larger = batches(path, nproc)[1:]
-    if nproc == 1:
-        ran = _in_one_interpreter(tmp_path, [f"{path}@{b}" for b in larger])
+    shared = _in_one_interpreter(tmp_path, [f"{path}@{b}" for b in larger]) if nproc == 1 \
+        else {}
     for batch in larger:
-        if nproc == 1:
-            returncode, stdout, stderr = (ran[f"{path}@{batch}"][k]
-                                          for k in ("exit_code", "stdout", "stderr"))
-        else:
-            result = date("scale", path, "--batch", batch, "--nproc", nproc, "--dry-run",
-                          "--json")
-            returncode, stdout, stderr = result.returncode, result.stdout, result.stderr
-        assert returncode == 0, stdout + stderr
+        ran = shared[f"{path}@{batch}"] if nproc == 1 \
+            else _dry_run(path, batch, nproc, tmp_path / f"out-{batch}")
+        assert ran["exit_code"] == 0, ran["stdout"] + ran["stderr"]
         shown = plan_json(path, "--batch", batch, "--nproc", nproc, keep_step=True)
-        trained = json.loads(stdout)["plan"]
+        trained = json.loads(ran["stdout"])["plan"]
         assert trained.pop("sharding")["mode"] == "ddp"
         assert trained == shown  # "step" included, as date plan's

@@ -121,10 +121,9 @@ def measure(config: dict) -> Bench | None:
         flags = torch.zeros(4, device=rt.device)
         passes = {}
         for micro in config["micro_batches"]:
-            for key, module in (("plain", model), ("synchronised", wrapped)):
-                if module is not None:
-                    passes[key, micro] = _pass(module, micro, recipe, data, rt,
-                                               flags if key == "synchronised" else None)
+            passes["plain", micro] = _pass(model, micro, recipe, data, rt, None)
+            if wrapped is not None:
+                passes["synchronised", micro] = _pass(wrapped, micro, recipe, data, rt, flags)
         align = dist.barrier if rt.distributed else (lambda: None)
         medians = _median_seconds(passes, repeats, sync, align)
         step = _median_seconds({"step": optimizer.step}, repeats, sync, align)["step"]
