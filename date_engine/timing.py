@@ -164,12 +164,16 @@ class Bench:
         except (TypeError, KeyError, AttributeError) as exc:
             raise DateError(f"{path}: a field is missing or unknown ({exc}); run date bench "
                             "again.") from None
+        points = (*bench.compute_points, *bench.allreduce_points, *bench.wait_points)
+        if not all(len(point) == 2 for point in points):
+            raise DateError(f"{path}: every measured point must be a pair (size, seconds); run "
+                            "date bench again.")
         numbers = (bench.compute_fixed, bench.compute_per_sample, bench.optimizer_seconds,
-                   bench.link.alpha, bench.link.beta, *(w for _, w in bench.wait_points))
-        if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in numbers) \
-                or bench.link.beta <= 0:
-            raise DateError(f"{path}: its times must be finite, non-negative numbers and β "
-                            "positive; run date bench again.")
+                   bench.link.alpha, bench.link.beta, *(x for point in points for x in point))
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                   and x >= 0 for x in numbers) or bench.link.beta <= 0:
+            raise DateError(f"{path}: its sizes and times must be finite, non-negative numbers "
+                            "and β positive; run date bench again.")
         return bench
 
 

@@ -199,9 +199,18 @@ def test_a_bench_file_that_does_not_read_is_one_sentence(tmp_path):
     bad.write_text(json.dumps(data))
     with pytest.raises(DateError, match="non-negative"):
         Bench.read(bad)
+    for field, points, words in [("wait_points", [[1]], "a pair"),
+                                 ("compute_points", [["a", 1e-3]], "non-negative"),
+                                 ("wait_points", [[64, float("nan")]], "non-negative")]:
+        data = _bench().to_dict()
+        data[field] = points
+        bad.write_text(json.dumps(data))
+        with pytest.raises(DateError, match=words):
+            Bench.read(bad)
     good = tmp_path / "bench.json"
-    _bench().write(good)
-    assert Bench.read(good) == _bench()
+    measured = _bench(compute_points=((64, 8e-3),), wait_points=((64, 1e-3),))
+    measured.write(good)
+    assert Bench.read(good) == measured
 
 
 def _plan(*args):
