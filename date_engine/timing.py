@@ -216,8 +216,21 @@ def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def link_from_points(points: list[tuple[int, float]], processes: int) -> Link:
-    """α and β of a ring all-reduce from (bytes, seconds) measured at ``processes``."""
-    intercept, slope = fit_line([(float(b), s) for b, s in points])
+    """α and β of a ring all-reduce from (bytes, seconds) measured at ``processes``, each from
+    the sizes where it is the cost: β from the least-squares slope over every size (absolute
+    error, so the large sizes, where the bandwidth is the time, decide it), then α as the
+    intercept of least relative error under that slope (the small sizes, where the latency is).
+    One line of least relative error for both let the small sizes set the slope too: over four
+    benches of the same two processes its β spread over 1.17–1.75 GB/s and its forecast of a 3
+    MiB all-reduce over 2.35–3.30 ms, this one's over 1.27–1.38 GB/s and 2.92–3.10 ms
+    (docs/performance.md)."""
+    n = len(points)
+    mx = sum(b for b, _ in points) / n
+    my = sum(s for _, s in points) / n
+    sxx = sum((b - mx) ** 2 for b, _ in points)
+    slope = max(0.0, sum((b - mx) * (s - my) for b, s in points) / sxx) if sxx > 0 else 0.0
+    ws = [1.0 / max(s, 1e-300) ** 2 for _, s in points]
+    intercept = max(0.0, sum(w * (s - slope * b) for w, (b, s) in zip(ws, points)) / sum(ws))
     hops = 2 * (processes - 1)
     beta = hops / processes / slope if slope > 0 else float("inf")
     return Link(intercept / hops, beta, "measured")

@@ -53,6 +53,31 @@ def test_alpha_and_beta_come_back_from_timed_all_reduces():
                                                                                   3 << 20))
 
 
+FOUR_BENCHES = (  # all-reduce points (bytes, seconds) of four `date bench --nproc 2` on one VM
+    [(4096, 0.553e-3), (65536, 0.573e-3), (246824, 2.072e-3), (262144, 0.715e-3),
+     (1048576, 1.014e-3), (2097152, 1.378e-3), (4194304, 3.396e-3), (8388608, 7.483e-3)],
+    [(4096, 0.667e-3), (65536, 2.651e-3), (246824, 3.568e-3), (262144, 0.852e-3),
+     (1048576, 3.115e-3), (2097152, 2.004e-3), (4194304, 3.593e-3), (8388608, 8.397e-3)],
+    [(4096, 0.628e-3), (65536, 0.586e-3), (262144, 0.779e-3), (548392, 1.793e-3),
+     (1048576, 3.458e-3), (2097152, 2.057e-3), (4194304, 3.935e-3), (8388608, 7.677e-3)],
+    [(4096, 0.550e-3), (65536, 1.151e-3), (262144, 1.601e-3), (548392, 0.865e-3),
+     (1048576, 1.872e-3), (2097152, 1.649e-3), (4194304, 3.479e-3), (8388608, 7.564e-3)],
+)
+
+
+def test_four_benches_of_one_link_agree_on_a_size_none_timed():
+    """The same two processes benched four times (timings scattered by up to 3× at one size):
+    their forecasts of a 3 MiB all-reduce agree within 10% (one line of least relative error
+    for α and β read 2.35–3.30 ms), and the latency and bandwidth stay apart."""
+    links = [link_from_points(points, 2) for points in FOUR_BENCHES]
+    forecasts = [allreduce_seconds(link, 2, 3 << 20) for link in links]
+    assert max(forecasts) / min(forecasts) < 1.1
+    assert all(1.2e9 < link.beta < 1.45e9 and 100e-6 < link.alpha < 500e-6 for link in links)
+    # a slope that noise made negative: no bandwidth term, the latency from the mean time
+    flat = link_from_points([(4096, 2e-3), (1 << 20, 1e-3)], 2)
+    assert flat.beta == float("inf") and 1e-3 / 2 < flat.alpha < 2e-3 / 2
+
+
 def test_the_line_fit_keeps_both_parts_non_negative():
     assert fit_line([(1, 3.0), (2, 5.0), (3, 7.0)]) == pytest.approx((1.0, 2.0))
     intercept, slope = fit_line([(1, 1.0), (2, 0.9), (4, 0.8)])  # noise: a falling time
