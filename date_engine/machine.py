@@ -38,9 +38,10 @@ def huge_pages_for_tensors(environ=os.environ, mode: Path = TRANSPARENT_HUGE_PAG
 
     On a CPU, a training step writes its activations and gradients into buffers that are freed
     and allocated again every step; on 4 KiB pages each step faults them in again and walks more
-    page tables. Huge pages made a step 1.3–1.4× faster on this project's CPU (lenet-mnist and
-    lstm-mnist on one process; benchmarks/huge_pages.py, docs/performance.md). It must be set
-    before torch's first CPU allocation: date_engine.train sets it on import."""
+    page tables. On this project's CPU huge pages made lstm-mnist's one-process step 1.25–1.38×
+    faster and kept lenet-mnist's at its fast speed, where on 4 KiB pages a process drew 35 or
+    50 ms for its life (benchmarks/huge_pages.py, docs/performance.md). It must be set before
+    torch's first CPU allocation: date_engine.train sets it on import."""
     if HUGE_PAGES_SWITCH in environ:
         return environ[HUGE_PAGES_SWITCH] not in ("", "0")
     try:

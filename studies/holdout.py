@@ -107,7 +107,7 @@ STUDIES = (
           ("lstm-mnist-momentum",)),
     Study("lstm-mnist-adam", tuple(f"probes-pairs/lstm-mnist-adam-seed{s}" for s in range(3)),
           ("lstm-mnist-adam",)),
-    Study("vit-mnist", ("probes/vit-mnist",), ("vit-mnist-rules",)),
+    Study("vit-mnist", ("probes/vit-mnist",), ("vit-mnist-rules", "vit-mnist-budgets-16x")),
     Study("fashion-lenet", ("probes/fashion-lenet",),
           ("fashion-lenet-batches", "fashion-lenet-budgets")),
     Study("digits-lenet", ("probes/digits-lenet", "probes/digits-lenet-seed1",
@@ -237,6 +237,8 @@ BUDGETS = tuple(Budget(study, WHAT[study], *cells) for study, *cells in (
     ("lstm-mnist-adam", "lstm-mnist-adam", "date", 2048),
     ("vit-mnist", "vit-mnist-rules", "date", 4096),
     ("vit-mnist", "vit-mnist-budgets-ramp", "date+ramp", 4096),
+    *(("vit-mnist", "vit-mnist-budgets-16x", f"date+{budget}", 2048)
+      for budget in ("same-epochs", "hold", "ramp")),
     ("bert-mlm", "bert-mlm-rules", "date", 1024),
     ("bert-mlm", "bert-mlm-budgets-ramp", "date+ramp", 1024),
     *(("fashion-lenet", "fashion-lenet-budgets", f"date+{budget}", batch)
