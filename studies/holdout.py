@@ -239,6 +239,7 @@ BUDGETS = tuple(Budget(study, WHAT[study], *cells) for study, *cells in (
     ("vit-mnist", "vit-mnist-budgets-ramp", "date+ramp", 4096),
     *(("vit-mnist", "vit-mnist-budgets-16x", f"date+{budget}", 2048)
       for budget in ("same-epochs", "hold", "ramp")),
+    ("vit-mnist", "vit-mnist-budgets-hold-32x", "date+hold", 4096),
     ("bert-mlm", "bert-mlm-rules", "date", 1024),
     ("bert-mlm", "bert-mlm-budgets-ramp", "date+ramp", 1024),
     *(("fashion-lenet", "fashion-lenet-budgets", f"date+{budget}", batch)
