@@ -235,6 +235,8 @@ BUDGETS = tuple(Budget(study, WHAT[study], *cells) for study, *cells in (
     ("lstm-mnist", "lstm-mnist-budgets-16x", "date+hold", 2048),
     ("lstm-mnist", "lstm-mnist-budgets-16x", "date+ramp", 2048),
     ("lstm-mnist-adam", "lstm-mnist-adam", "date", 2048),
+    *(("lstm-mnist-adam", "lstm-mnist-adam-budgets-16x", f"date+{budget}", 2048)
+      for budget in ("hold", "ramp")),
     ("vit-mnist", "vit-mnist-rules", "date", 4096),
     ("vit-mnist", "vit-mnist-budgets-ramp", "date+ramp", 4096),
     *(("vit-mnist", "vit-mnist-budgets-16x", f"date+{budget}", 2048)
