@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import MutableMapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -17,12 +18,12 @@ __all__ = ["describe", "huge_pages_for_tensors", "threads_per_process"]
 CPUINFO = Path("/proc/cpuinfo")
 """Linux's description of each logical CPU (model name, family, model, flags)."""
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
+"""One folder per GPU the NVIDIA driver sees, each with an ``information`` file ("Model: ...")."""
 TRANSPARENT_HUGE_PAGES = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 """Linux's transparent huge page mode: ``always [madvise] never``, the one in brackets in force."""
 HUGE_PAGES_SWITCH = "THP_MEM_ALLOC_ENABLE"
 """torch's switch (read once, at a process's first CPU allocation): CPU tensors of 2 MiB or more
 are asked to live on 2 MiB pages (madvise)."""
-"""One folder per GPU the NVIDIA driver sees, each with an ``information`` file ("Model: ...")."""
 
 
 def threads_per_process(processes: int) -> int:
@@ -31,7 +32,8 @@ def threads_per_process(processes: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, processes))
 
 
-def huge_pages_for_tensors(environ=os.environ, mode: Path = TRANSPARENT_HUGE_PAGES) -> bool:
+def huge_pages_for_tensors(environ: MutableMapping[str, str] = os.environ,
+                           mode: Path = TRANSPARENT_HUGE_PAGES) -> bool:
     """Ask torch to back large CPU tensors with transparent huge pages, in this process and the
     ones it starts, unless ``THP_MEM_ALLOC_ENABLE`` is already set (a user's 0 keeps them off) or
     the kernel has them off (``never``, or no such file: not Linux). Returns whether they are on.
