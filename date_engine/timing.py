@@ -195,20 +195,30 @@ def allreduce_seconds(link: Link, devices: int, size: int) -> float:
     return 2 * (devices - 1) * link.alpha + 2 * (devices - 1) / devices * size / link.beta
 
 
-def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """(intercept, slope) of the line through ``points`` (x, time) with the least relative error
-    (each point weighted by 1/time²: a time spans orders of magnitude over the sizes, and a
-    busy machine only ever adds to one); both ≥ 0 (a negative one, from noise, is set to 0 and
-    the other refitted)."""
-    ws = [1.0 / max(y, 1e-300) ** 2 for _, y in points]
+def _relative(points: list[tuple[float, float]]) -> list[float]:
+    """Weights of least relative error: 1/time² per point."""
+    return [1.0 / max(y, 1e-300) ** 2 for _, y in points]
+
+
+def _weighted_line(points: list[tuple[float, float]], ws: list[float]) -> tuple[float, float]:
+    """(intercept, slope) of the weighted least-squares line through ``points``, unclamped."""
     total = sum(ws)
     mx = sum(w * x for w, (x, _) in zip(ws, points)) / total
     my = sum(w * y for w, (_, y) in zip(ws, points)) / total
     sxx = sum(w * (x - mx) ** 2 for w, (x, _) in zip(ws, points))
     slope = sum(w * (x - mx) * (y - my) for w, (x, y) in zip(ws, points)) / sxx if sxx > 0 else 0.0
-    intercept = my - slope * mx
+    return my - slope * mx, slope
+
+
+def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(intercept, slope) of the line through ``points`` (x, time) with the least relative error
+    (each point weighted by 1/time²: a time spans orders of magnitude over the sizes, and a
+    busy machine only ever adds to one); both ≥ 0 (a negative one, from noise, is set to 0 and
+    the other refitted)."""
+    ws = _relative(points)
+    intercept, slope = _weighted_line(points, ws)
     if slope < 0:
-        return my, 0.0
+        return sum(w * y for w, (_, y) in zip(ws, points)) / sum(ws), 0.0
     if intercept < 0:  # through the origin: the slope of least relative error
         return 0.0, sum(w * x * y for w, (x, y) in zip(ws, points)) / max(
             sum(w * x * x for w, (x, _) in zip(ws, points)), 1e-300)
@@ -224,13 +234,10 @@ def link_from_points(points: list[tuple[int, float]], processes: int) -> Link:
     benches of the same two processes its β spread over 1.17–1.75 GB/s and its forecast of a 3
     MiB all-reduce over 2.35–3.30 ms, this one's over 1.27–1.38 GB/s and 2.92–3.10 ms
     (docs/performance.md)."""
-    n = len(points)
-    mx = sum(b for b, _ in points) / n
-    my = sum(s for _, s in points) / n
-    sxx = sum((b - mx) ** 2 for b, _ in points)
-    slope = max(0.0, sum((b - mx) * (s - my) for b, s in points) / sxx) if sxx > 0 else 0.0
-    ws = [1.0 / max(s, 1e-300) ** 2 for _, s in points]
-    intercept = max(0.0, sum(w * (s - slope * b) for w, (b, s) in zip(ws, points)) / sum(ws))
+    pairs = [(float(b), s) for b, s in points]
+    slope = max(0.0, _weighted_line(pairs, [1.0] * len(pairs))[1])
+    ws = _relative(pairs)
+    intercept = max(0.0, sum(w * (s - slope * b) for w, (b, s) in zip(ws, pairs)) / sum(ws))
     hops = 2 * (processes - 1)
     beta = hops / processes / slope if slope > 0 else float("inf")
     return Link(intercept / hops, beta, "measured")
