@@ -4,9 +4,10 @@ sequences and BERT's masking.
 The corpus is the layout people have on disk for language modelling: ``train.txt``, ``valid.txt``
 and ``test.txt`` in one folder (WikiText's ``wiki.{train,valid,test}.tokens`` and PTB's
 ``ptb.{train,valid,test}.txt`` are read too). A WordPiece vocabulary (Wu et al. 2016, as BERT
-uses it) is trained on ``train`` with the ``tokenizers`` library — offline, seconds — and cached
-beside the data under a name that holds the training text's SHA-256 and the vocabulary size, so a
-changed corpus trains a new one. Each split's lines are tokenized, joined into one stream and cut
+uses it) is trained on ``train`` — offline, seconds, the same ids on every machine
+(:mod:`date_engine.data.wordpiece`) — and cached beside the data under a name that holds the
+training text's SHA-256 and the vocabulary size, so a changed corpus trains a new one; the
+``tokenizers`` library normalises, splits and encodes. Each split's lines are tokenized, joined into one stream and cut
 into blocks of ``seq_len − 2`` tokens, each framed as ``[CLS] … [SEP]``: a sample is one block.
 
 Masking (Devlin et al. 2019, §3.1): 15% of a sample's non-special tokens are chosen; of those 80%
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -34,6 +36,10 @@ IGNORE = -100
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 """Special tokens, ids 0–4 in this order."""
 PAD, UNK, CLS, SEP, MASK = range(len(SPECIALS))
+VOCAB_FORMAT = 2
+"""In the cache's file names: 2 is :mod:`date_engine.data.wordpiece`'s vocabulary (the same ids
+everywhere); files without a number were the ``tokenizers`` trainer's, whose ids differ from one
+training to the next, and are not read."""
 LAYOUTS = (("{split}.txt",), ("wiki.{split}.tokens",), ("ptb.{split}.txt",))
 
 
@@ -63,30 +69,39 @@ def _lines(path: Path) -> list[str]:
 
 
 def wordpiece(train: Path, vocab_size: int, cache: Path | None = None):
-    """A WordPiece tokenizer (lower-cased, BERT's pre-tokenizer) trained on ``train``, cached as
-    ``wordpiece-<sha256 of the file, 12 hex>-<vocab_size>.json`` in ``cache`` (default: a
-    ``.date-cache`` folder beside the file, else ``~/.cache/date_engine`` when that cannot be
-    written)."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    """A WordPiece tokenizer (lower-cased, BERT's normaliser and pre-tokeniser) whose vocabulary is
+    trained on ``train`` by :func:`date_engine.data.wordpiece.train_vocabulary` — the same ids on
+    every machine — and cached as ``wordpiece2-<sha256 of the file, 12 hex>-<vocab_size>.json`` in
+    ``cache`` (default: a ``.date-cache`` folder beside the file, else ``~/.cache/date_engine``
+    when that cannot be written)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    from date_engine.data.wordpiece import CONTINUE, train_vocabulary
 
     digest = hashlib.sha256(train.read_bytes()).hexdigest()[:12]
-    name = f"wordpiece-{digest}-{vocab_size}.json"
+    name = f"wordpiece{VOCAB_FORMAT}-{digest}-{vocab_size}.json"
     folders = [cache] if cache is not None else \
         [train.parent / ".date-cache", Path.home() / ".cache" / "date_engine"]
     for folder in folders:
         if (folder / name).is_file():
             return Tokenizer.from_file(str(folder / name))
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.train([str(train)], trainers.WordPieceTrainer(
-        vocab_size=vocab_size, special_tokens=list(SPECIALS), show_progress=False))
+    normalizer = normalizers.BertNormalizer(lowercase=True)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    words: Counter[str] = Counter()
+    for line in _lines(train):
+        words.update(word for word, _ in pre_tokenizer.pre_tokenize_str(
+            normalizer.normalize_str(line)))
+    vocab = train_vocabulary(words, vocab_size, SPECIALS)
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token=SPECIALS[UNK],
+                                           continuing_subword_prefix=CONTINUE))
+    tokenizer.normalizer = normalizer
+    tokenizer.pre_tokenizer = pre_tokenizer
     for folder in folders:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             partial = folder / f".{name}.{os.getpid()}"
             tokenizer.save(str(partial))
-            partial.replace(folder / name)  # atomic: processes training it at once agree
+            partial.replace(folder / name)  # atomic; processes training it at once write the same
             break
         except OSError:
             continue
