@@ -2,7 +2,7 @@
 
 Token and learned position embeddings, a pre-LN encoder (:mod:`date_engine.models.transformer`),
 and BERT's MLM head: Linear → GELU → LayerNorm, then a decoder that shares the token embedding's
-weights (tied) with a bias of its own. Defaults: 2 layers of width 128, 2 heads, an MLP of 512 —
+weights (tied) with a bias of its own. Defaults: 2 layers of width 128, 4 heads, an MLP of 512 —
 about 1M parameters with an 8k vocabulary.
 """
 
@@ -19,7 +19,7 @@ __all__ = ["MaskedLM"]
 
 class MaskedLM(nn.Module):
     def __init__(self, vocab: int, seq_len: int = 128, dim: int = 128, layers: int = 2,
-                 heads: int = 2, mlp: int = 512, dropout: float = 0.0) -> None:
+                 heads: int = 4, mlp: int = 512, dropout: float = 0.0) -> None:
         super().__init__()
         self.tokens = nn.Embedding(vocab, dim)
         self.position = nn.Embedding(seq_len, dim)
