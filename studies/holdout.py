@@ -186,6 +186,81 @@ def _median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+# ------------------------------------------------------------------ longer probes
+
+
+PROBE_SHARES = (0.08, 0.25, 1.0)
+"""Shares of the baseline's training probed (`date probe --share`): the shipped 8% (each study's
+first probe above) and seed-0 probes of 25% and of all of it, under docs/results/probes-long."""
+
+
+def probe_at(study: Study, share: float) -> Probe:
+    if share == PROBE_SHARES[0]:
+        return study.curves[0]
+    return Probe.read(RESULTS / "probes-long" / f"{study.name}-{share:g}" / "probe.json")
+
+
+def factors_that_fit(study: Study, probe: Probe) -> tuple[float, float | None]:
+    """The f at the largest batch that held and at the smallest that lost: a B_hold constant puts
+    this probe's B_hold between the two batches when it lies in [first, second)."""
+    slope = batch_slope(probe.curve, study.baseline_batch, probe.baseline_epochs)
+    lost = study.smallest_lost
+    return (1 + (study.largest_held - study.baseline_batch) * slope,
+            None if lost is None else 1 + (lost - study.baseline_batch) * slope)
+
+
+def _held_off(study: Study, probe: Probe) -> tuple[int, float]:
+    """This probe's B_hold at f = 4/3 and the factor between it and the largest batch that held."""
+    slope = batch_slope(probe.curve, study.baseline_batch, probe.baseline_epochs)
+    hold = int(study.baseline_batch + (HOLDING_FACTOR - 1) / slope)
+    return hold, max(hold / study.largest_held, study.largest_held / hold)
+
+
+def probe_lengths_table(studies: tuple[Study, ...] = STUDIES) -> str:
+    """The markdown table of docs/noise.md, "A longer probe": per study and probe length, B_hold at
+    f = 4/3 with how far it is off, and the range of f that would put B_hold between the batch that
+    held and the one that lost."""
+    shares = " | ".join(f"{share:.0%} of the baseline" for share in PROBE_SHARES)
+    lines = [f"| study | largest held (smallest lost) | {shares} |",
+             "|---|---|" + "---|" * len(PROBE_SHARES)]
+    for study in studies:
+        cells = []
+        for share in PROBE_SHARES:
+            probe = probe_at(study, share)
+            hold, off = _held_off(study, probe)
+            low, high = factors_that_fit(study, probe)
+            upper = "" if high is None else f"{high:.2f}"
+            cells.append(f"{hold:,}, {off:.2f}×; f {low:.2f}–{upper}")
+        lost = f" ({study.smallest_lost:,})" if study.smallest_lost else ""
+        lines.append(f"| {study.name} | {study.largest_held:,}{lost} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def probe_lengths_summary(studies: tuple[Study, ...] = STUDIES) -> str:
+    """Per probe length, the study that needs the largest f and the one that allows the smallest,
+    over the probes whose power law starts in the first half of the baseline's training (one that
+    starts later is extrapolated back over most of the run: named, left out)."""
+    parts, skipped, misses = [], [], []
+    for share in PROBE_SHARES:
+        ranges, off = {}, []
+        for study in studies:
+            probe = probe_at(study, share)
+            if probe.curve.first > probe.baseline_epochs / 2:
+                skipped.append(f"{study.name} at {share:.0%} (its fit starts at epoch "
+                               f"{probe.curve.first:.1f} of {probe.baseline_epochs:.0f})")
+                continue
+            ranges[study.name] = factors_that_fit(study, probe)
+            off.append(_held_off(study, probe)[1])
+        misses.append(f"{share:.0%} {max(off):.2f}× and {_median(off):.2f}×")
+        needs = max(ranges, key=lambda name: ranges[name][0])
+        caps = min(ranges, key=lambda name: ranges[name][1] or float("inf"))
+        parts.append(f"{share:.0%}: {needs} needs f ≥ {ranges[needs][0]:.2f}, {caps} f < "
+                     f"{ranges[caps][1]:.2f}")
+    left = f"; left out: {', '.join(skipped)}" if skipped else ""
+    return ("No one f fits every study at any probe length (" + "; ".join(parts) + left + "). "
+            "B_hold at f = 4/3, worst and median × off: " + ", ".join(misses) + ".")
+
+
 # ------------------------------------------------------------------ the budgets, held out or not
 
 
@@ -276,3 +351,7 @@ if __name__ == "__main__":
     print(summary())
     print()
     print(budgets_table())
+    print()
+    print(probe_lengths_table())
+    print()
+    print(probe_lengths_summary())

@@ -405,6 +405,16 @@ def test_the_held_out_table_is_recomputed_from_the_probes_and_sweeps():
     assert round(max(row.miss for row in leave_one_out()), 2) == HELD_OUT_MISS
 
 
+def test_the_probe_lengths_table_is_recomputed_from_the_long_probes():
+    """docs/noise.md's table of B_hold from probes of 8%, 25% and 100% of each baseline, and the
+    sentence under it, are what studies/holdout.py computes from docs/results/probes-long."""
+    from studies.holdout import probe_lengths_summary, probe_lengths_table
+
+    section = " ".join(_section((ROOT / "docs" / "noise.md").read_text(), "### Held out").split())
+    assert " ".join(probe_lengths_table().split()) in section
+    assert probe_lengths_summary() in section
+
+
 def test_the_held_out_budgets_table_is_recomputed_from_the_sweeps():
     """docs/noise.md's table of every budget at 16× and 32×, fitted-on or held out, is what
     studies/holdout.py reads from the sweeps' results.json."""
