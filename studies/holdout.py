@@ -117,6 +117,24 @@ STUDIES = (
 """Every study with a probe and a same-epochs sweep of the default rule, in the order they were
 run (the first three chose 4/3)."""
 
+NOTHING_HELD = (Study("bert-mlm", ("probes/bert-mlm-h4",), ("bert4-batches",)),)
+"""Studies where no batch held in the baseline's epochs, not even the smallest tried: they cannot
+choose f (their best f is 1, no larger batch at all), so they are checked, not calibrated on."""
+
+
+def nothing_held_table(studies: tuple[Study, ...] = NOTHING_HELD) -> str:
+    """docs/noise.md's rows for the studies where no batch held: B_hold at 4/3 against the
+    baseline's batch (the largest that held) and the smallest that lost."""
+    lines = ["| study | data, model, optimizer | B_hold at f = 4/3 | smallest batch tried, lost | "
+             "× the baseline's batch | × the smallest that lost |", "|---|---|---|---|---:|---:|"]
+    for s in studies:
+        holds = s.holding_batches(HOLDING_FACTOR)
+        lines.append(f"| {s.name} | {s.what} | {_batches(holds)} | {s.smallest_lost:,} | "
+                     f"{s.worst_miss(HOLDING_FACTOR):.2f} | "
+                     f"{max(h / s.smallest_lost for h in holds):.2f} |")
+    return "\n".join(lines)
+
+
 _FACTORS = [1 + i / 1000 for i in range(1, 3001)]  # f from 1.001 to 4.0
 
 
@@ -194,6 +212,10 @@ PROBE_SHARES = (0.08, 0.25, 1.0)
 first probe above) and seed-0 probes of 25% and of all of it, under docs/results/probes-long."""
 
 
+LONG_PROBED = STUDIES
+"""The studies probed at every share."""
+
+
 def probe_at(study: Study, share: float) -> Probe:
     if share == PROBE_SHARES[0]:
         return study.curves[0]
@@ -216,7 +238,7 @@ def _held_off(study: Study, probe: Probe) -> tuple[int, float]:
     return hold, max(hold / study.largest_held, study.largest_held / hold)
 
 
-def probe_lengths_table(studies: tuple[Study, ...] = STUDIES) -> str:
+def probe_lengths_table(studies: tuple[Study, ...] = LONG_PROBED) -> str:
     """The markdown table of docs/noise.md, "A longer probe": per study and probe length, B_hold at
     f = 4/3 with how far it is off, and the range of f that would put B_hold between the batch that
     held and the one that lost."""
@@ -236,7 +258,7 @@ def probe_lengths_table(studies: tuple[Study, ...] = STUDIES) -> str:
     return "\n".join(lines)
 
 
-def probe_lengths_summary(studies: tuple[Study, ...] = STUDIES) -> str:
+def probe_lengths_summary(studies: tuple[Study, ...] = LONG_PROBED) -> str:
     """Per probe length, the study that needs the largest f and the one that allows the smallest,
     over the probes whose power law starts in the first half of the baseline's training (one that
     starts later is extrapolated back over most of the run: named, left out)."""
@@ -349,6 +371,8 @@ if __name__ == "__main__":
     print(table())
     print()
     print(summary())
+    print()
+    print(nothing_held_table())
     print()
     print(budgets_table())
     print()

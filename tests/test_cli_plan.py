@@ -216,8 +216,9 @@ def test_plan_takes_the_data_set_size_from_the_recipe():
 
 def test_the_forecast_says_how_sure_it_is():
     """Under the forecast, one sentence: B_hold one standard error of the probe's fit either side
-    (the plan's forecast.holding_low/high) and the worst held-out miss of its constant."""
-    from date_engine.forecast import HELD_OUT_MISS
+    (the plan's forecast.holding_low/high), the worst held-out miss of its constant, and its miss
+    where no larger batch held."""
+    from date_engine.forecast import HELD_OUT_MISS, PLATEAU_MISS
 
     probe = ROOT / "docs" / "results" / "probes" / "vit-mnist" / "probe.json"
     args = (RECIPES / "vit-mnist.yaml", "--batch", 1024, "--probe", probe)
@@ -227,6 +228,7 @@ def test_the_forecast_says_how_sure_it_is():
     assert (f"How sure: within one standard error of the probe's fit (7 points) B_hold lies in "
             f"{ahead['holding_low']:,}–{ahead['holding_high']:,}") in words
     assert f"by up to {HELD_OUT_MISS:g}×" in words
+    assert f"waits on a plateau it was {PLATEAU_MISS:g}× the batch that held" in words
 
 
 def test_the_forecast_writes_the_baseline_epochs_as_a_person_would():

@@ -311,12 +311,13 @@ def test_the_results_summary_quotes_the_ramp_sweeps():
 
 @pytest.mark.parametrize("heading", ["## Transformers: vit-mnist", "## Transformers: bert-mlm"])
 def test_the_transformer_table_is_recomputed_from_its_sweeps(heading):
-    """docs/results.md's vit-mnist and bert-mlm tables: each row's steps, accuracies (to the two
-    decimals written) and Δ from its sweep."""
+    """docs/results.md's vit-mnist and bert-mlm tables of sweep cells (bert-mlm has two: the study
+    as shipped and the first one): each row's steps, accuracies (to the two decimals written) and Δ
+    from its sweep."""
     section = _section((ROOT / "docs" / "results.md").read_text(), heading)
-    rows = _tables(section)[0]
-    assert len(rows) >= 6
-    for study, batch, scheme, epochs, steps, accuracy, delta in rows:
+    tables = [t for t in _tables(section) if len(t[0]) == 7 and "/report.md)" in t[0][0]]
+    assert tables and sum(len(t) for t in tables) >= 6
+    for study, batch, scheme, epochs, steps, accuracy, delta in (r for t in tables for r in t):
         summary = _sweep(study.replace("](results/", "](docs/results/"))  # links from docs/
         name = re.search(r"`([^`]+)`", scheme).group(1)
         group = _group(summary, name, int(batch.replace(",", "")))
@@ -395,14 +396,16 @@ def test_quick_start_accuracy_at_16x_is_what_the_command_trains(tmp_path):
 def test_the_held_out_table_is_recomputed_from_the_probes_and_sweeps():
     """docs/noise.md's leave-one-study-out table of B_hold's constant and the sentence under it
     are what studies/holdout.py computes from the stored probes and sweeps."""
-    from date_engine.forecast import HELD_OUT_MISS
-    from studies.holdout import leave_one_out, summary, table
+    from date_engine.forecast import HELD_OUT_MISS, HOLDING_FACTOR, PLATEAU_MISS
+    from studies.holdout import NOTHING_HELD, leave_one_out, nothing_held_table, summary, table
 
     section = _section((ROOT / "docs" / "noise.md").read_text(), "### Held out")
     assert table() in section
     assert summary() in section
-    # the worst held-out miss `date plan` quotes under its forecast
+    assert nothing_held_table() in section
+    # the worst held-out miss `date plan` quotes under its forecast, and its miss where none held
     assert round(max(row.miss for row in leave_one_out()), 2) == HELD_OUT_MISS
+    assert round(max(s.worst_miss(HOLDING_FACTOR) for s in NOTHING_HELD), 2) == PLATEAU_MISS
 
 
 def test_the_probe_lengths_table_is_recomputed_from_the_long_probes():

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from date_engine.catalog import step_path
-from date_engine.forecast import HELD_OUT_MISS
+from date_engine.forecast import HELD_OUT_MISS, PLATEAU_MISS
 from date_engine.plan import Plan, fmt
 from date_engine.runplan import BatchSplit, RunPlan, Sharding
 from date_engine.view.chart import Series, line_chart
@@ -270,8 +270,9 @@ def _how_sure(plan: Plan) -> Text:
         + ("; that spans more than 2×, so the forecast cannot be trusted at this length of "
            "probe: a longer probe (--share) narrows it." if wide else
            f"; that is the probe's scatter only: on studies its constant was not chosen on, "
-           f"B_hold missed the largest batch that held by up to {HELD_OUT_MISS:g}× "
-           "(docs/noise.md, \"Held out\")."),
+           f"B_hold missed the largest batch that held by up to {HELD_OUT_MISS:g}×, and on a "
+           f"masked LM whose accuracy waits on a plateau it was {PLATEAU_MISS:g}× the batch "
+           "that held (docs/noise.md, \"Held out\")."),
         style="yellow" if wide else "")
 
 
