@@ -27,8 +27,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["HELD_OUT_MISS", "HOLDING_FACTOR", "PLATEAU_MISS", "Forecast", "NoiseCurve", "batch_slope",
-           "epochs_factor", "forecast", "holding_batch", "mean_cost"]
+__all__ = ["HELD_OUT_MISS", "HOLDING_FACTOR", "PLATEAU_MISS", "Forecast", "NoiseCurve",
+           "batch_slope", "epochs_factor", "forecast", "holding_batch", "mean_cost"]
 
 HOLDING_FACTOR = 4 / 3
 """f at the largest batch expected to hold accuracy at the baseline's epochs (a calibration:

@@ -168,7 +168,8 @@ def test_a_tiny_model_trained_by_date_scale_beats_the_most_frequent_token(tmp_pa
     data = recipe.build_data(DataOptions(data_dir=str(root)), model)
     result = date("scale", RECIPES / "bert-mlm.yaml", "--batch", 32, *options,
                   "--set", f"train.data_dir={root}",
-                  "--set", f"baseline.dataset_size={len(data.train)}", "--set", "baseline.epochs=12",
+                  "--set", f"baseline.dataset_size={len(data.train)}",
+                  "--set", "baseline.epochs=12",
                   # on this toy language DATE's ratios learn the context within the test's ~410
                   # steps (50.5% against the unigram's 31.7%; without them 39.4%); the recipe ships
                   # them off because on real text they stall (docs/results.md, "Transformers")

@@ -7,8 +7,9 @@ and ``test.txt`` in one folder (WikiText's ``wiki.{train,valid,test}.tokens`` an
 uses it) is trained on ``train`` — offline, seconds, the same ids on every machine
 (:mod:`date_engine.data.wordpiece`) — and cached beside the data under a name that holds the
 training text's SHA-256 and the vocabulary size, so a changed corpus trains a new one; the
-``tokenizers`` library normalises, splits and encodes. Each split's lines are tokenized, joined into one stream and cut
-into blocks of ``seq_len − 2`` tokens, each framed as ``[CLS] … [SEP]``: a sample is one block.
+``tokenizers`` library normalises, splits and encodes. Each split's lines are tokenized, joined
+into one stream and cut into blocks of ``seq_len − 2`` tokens, each framed as
+``[CLS] … [SEP]``: a sample is one block.
 
 Masking (Devlin et al. 2019, §3.1): 15% of a sample's non-special tokens are chosen; of those 80%
 become ``[MASK]``, 10% a random token, 10% stay; the labels hold the original ids there and
