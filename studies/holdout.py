@@ -339,8 +339,8 @@ BUDGETS = tuple(Budget(study, WHAT[study], *cells) for study, *cells in (
     *(("vit-mnist", "vit-mnist-budgets-16x", f"date+{budget}", 2048)
       for budget in ("same-epochs", "hold", "ramp")),
     ("vit-mnist", "vit-mnist-budgets-hold-32x", "date+hold", 4096),
-    ("bert-mlm", "bert-mlm-rules", "date", 1024),
-    ("bert-mlm", "bert-mlm-budgets-ramp", "date+ramp", 1024),
+    ("bert-mlm", "bert4-batches", "date", 1024),
+    ("bert-mlm", "bert4-ramp", "date+ramp", 1024),
     *(("fashion-lenet", "fashion-lenet-budgets", f"date+{budget}", batch)
       for batch in (2048, 4096) for budget in ("same-epochs", "hold", "ramp")),
     *(("digits-lenet", "digits-lenet-budgets", f"date+{budget}", batch)
@@ -357,7 +357,7 @@ def budgets_table(rows: tuple[Budget, ...] = BUDGETS) -> str:
              "|---|---|---|---|---|---|---|---:|:-:|"]
     for row in rows:
         g = row.group
-        seeds = ", ".join(f"{r['metric']:g}" for r in g["results"])
+        seeds = ", ".join(f"{round(r['metric'], 2):g}" for r in g["results"])
         steps = ", ".join(f"{r['steps']:,}" for r in g["results"])
         delta = f"{g['delta']:+.2f}".replace("-", "−")
         fitted = "fitted on it" if row.study in FITTED_ON else "held out"
