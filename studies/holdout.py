@@ -73,7 +73,11 @@ class Study:
     @cached_property
     def slopes(self) -> list[float]:
         """M of each probe: f(B) = 1 + (B − B0)·M."""
-        return [batch_slope(p.curve, self.baseline_batch, p.baseline_epochs) for p in self.curves]
+        return [self.slope(p) for p in self.curves]
+
+    def slope(self, probe: Probe) -> float:
+        """M of ``probe`` (any probe of this baseline, the study's own or a longer one)."""
+        return batch_slope(probe.curve, self.baseline_batch, probe.baseline_epochs)
 
     @property
     def baseline_batch(self) -> int:
@@ -91,13 +95,18 @@ class Study:
 
     def holding_batches(self, factor: float) -> list[int]:
         """B_hold of each probe at f = ``factor``."""
-        return [int(self.baseline_batch + (factor - 1) / m) for m in self.slopes]
+        return [self.holding_batch(m, factor) for m in self.slopes]
+
+    def holding_batch(self, slope: float, factor: float) -> int:
+        return int(self.baseline_batch + (factor - 1) / slope)
+
+    def miss(self, holding: int) -> float:
+        """The factor between a B_hold and the largest batch that held (≥ 1; 1 is exact)."""
+        return max(holding / self.largest_held, self.largest_held / holding)
 
     def worst_miss(self, factor: float) -> float:
-        """The largest factor, over the probes, between B_hold and the largest batch that held
-        (≥ 1; 1 is exact)."""
-        return max(max(h / self.largest_held, self.largest_held / h)
-                   for h in self.holding_batches(factor))
+        """The largest miss over the probes."""
+        return max(self.miss(h) for h in self.holding_batches(factor))
 
 
 STUDIES = (
@@ -212,10 +221,6 @@ PROBE_SHARES = (0.08, 0.25, 1.0)
 first probe above) and seed-0 probes of 25% and of all of it, under docs/results/probes-long."""
 
 
-LONG_PROBED = STUDIES
-"""The studies probed at every share."""
-
-
 def probe_at(study: Study, share: float) -> Probe:
     if share == PROBE_SHARES[0]:
         return study.curves[0]
@@ -225,20 +230,19 @@ def probe_at(study: Study, share: float) -> Probe:
 def factors_that_fit(study: Study, probe: Probe) -> tuple[float, float | None]:
     """The f at the largest batch that held and at the smallest that lost: a B_hold constant puts
     this probe's B_hold between the two batches when it lies in [first, second)."""
-    slope = batch_slope(probe.curve, study.baseline_batch, probe.baseline_epochs)
+    slope = study.slope(probe)
     lost = study.smallest_lost
     return (1 + (study.largest_held - study.baseline_batch) * slope,
             None if lost is None else 1 + (lost - study.baseline_batch) * slope)
 
 
 def _held_off(study: Study, probe: Probe) -> tuple[int, float]:
-    """This probe's B_hold at f = 4/3 and the factor between it and the largest batch that held."""
-    slope = batch_slope(probe.curve, study.baseline_batch, probe.baseline_epochs)
-    hold = int(study.baseline_batch + (HOLDING_FACTOR - 1) / slope)
-    return hold, max(hold / study.largest_held, study.largest_held / hold)
+    """This probe's B_hold at f = 4/3 and its miss."""
+    hold = study.holding_batch(study.slope(probe), HOLDING_FACTOR)
+    return hold, study.miss(hold)
 
 
-def probe_lengths_table(studies: tuple[Study, ...] = LONG_PROBED) -> str:
+def probe_lengths_table(studies: tuple[Study, ...] = STUDIES) -> str:
     """The markdown table of docs/noise.md, "A longer probe": per study and probe length, B_hold at
     f = 4/3 with how far it is off, and the range of f that would put B_hold between the batch that
     held and the one that lost."""
@@ -258,7 +262,7 @@ def probe_lengths_table(studies: tuple[Study, ...] = LONG_PROBED) -> str:
     return "\n".join(lines)
 
 
-def probe_lengths_summary(studies: tuple[Study, ...] = LONG_PROBED) -> str:
+def probe_lengths_summary(studies: tuple[Study, ...] = STUDIES) -> str:
     """Per probe length, the study that needs the largest f and the one that allows the smallest,
     over the probes whose power law starts in the first half of the baseline's training (one that
     starts later is extrapolated back over most of the run: named, left out)."""
