@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,18 @@ from date_engine import parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (`-n N`, as CI runs) the workers share the machine's cores: each worker,
+    and every `date` it starts, gets its share of CPU threads, as `date sweep --jobs N` gives its
+    cells (a run that sets OMP_NUM_THREADS itself keeps its own)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        from date_engine.machine import threads_per_process
+
+        os.environ["OMP_NUM_THREADS"] = str(threads_per_process(workers))
+
 
 # The paper's worked example (docs/algorithm.md §1): LeNet on MNIST, B0 = 1024.
 LENET = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 import subprocess
 import sys
@@ -385,7 +386,8 @@ def test_quick_start_accuracy_at_16x_is_what_the_command_trains(tmp_path):
     from tests.runs import date
 
     result = date("scale", ROOT / "recipes" / "lenet-digits.yaml", "--batch", 256, "--json",
-                  "-o", tmp_path / "run")
+                  "-o", tmp_path / "run",  # a thread per core, as the README's one process had
+                  env={"OMP_NUM_THREADS": str(os.cpu_count())})  # (CI runs tests two at a time)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)["summary"]
     row = next(r for r in _tables(_section(README, "## Quick start"))[0] if "--batch 256" in r[0])

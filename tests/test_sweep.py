@@ -151,7 +151,7 @@ def test_an_interrupted_sweep_resumes_its_cell_exactly(tmp_path):
         "--schemes",
         "date",
         "--set",
-        "baseline.epochs=5",  # 450 steps of the baseline's cell: it is still training when stopped
+        "baseline.epochs=2",  # 180 steps of the baseline's cell: it is still training when stopped
         "--set",
         "baseline.warmup_epochs=0.1",
         "--set",
