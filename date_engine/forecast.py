@@ -28,7 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 __all__ = ["HELD_OUT_MISS", "HOLDING_FACTOR", "PLATEAU_MISS", "Forecast", "NoiseCurve",
-           "batch_slope", "epochs_factor", "forecast", "holding_batch", "mean_cost"]
+           "batch_at_factor", "batch_slope", "epochs_factor", "forecast", "holding_batch",
+           "mean_cost"]
 
 HOLDING_FACTOR = 4 / 3
 """f at the largest batch expected to hold accuracy at the baseline's epochs (a calibration:
@@ -130,9 +131,14 @@ def batch_slope(curve: Callable[[float], float], baseline_batch: int,
 
 def holding_batch(curve: Callable[[float], float], baseline_batch: int,
                   baseline_epochs: float, factor: float = HOLDING_FACTOR) -> int:
-    """B_hold, the batch at which f = ``factor`` (HOLDING_FACTOR by default):
-    B0 + (factor − 1)/M (:func:`batch_slope`)."""
-    slope = batch_slope(curve, baseline_batch, baseline_epochs)
+    """B_hold, the batch at which f = ``factor`` (HOLDING_FACTOR by default)."""
+    return batch_at_factor(batch_slope(curve, baseline_batch, baseline_epochs), baseline_batch,
+                           factor)
+
+
+def batch_at_factor(slope: float, baseline_batch: int, factor: float) -> int:
+    """The batch at which f = ``factor`` on a curve of slope M (:func:`batch_slope`):
+    B0 + (factor − 1)/M."""
     return int(min(baseline_batch + (factor - 1.0) / slope, 2.0**40))
 
 

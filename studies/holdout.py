@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from date_engine.forecast import HOLDING_FACTOR, batch_slope
+from date_engine.forecast import HOLDING_FACTOR, batch_at_factor, batch_slope
 from date_engine.probe import Probe
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
@@ -98,7 +98,8 @@ class Study:
         return [self.holding_batch(m, factor) for m in self.slopes]
 
     def holding_batch(self, slope: float, factor: float) -> int:
-        return int(self.baseline_batch + (factor - 1) / slope)
+        """B_hold at f = ``factor`` for a probe of slope ``slope``."""
+        return batch_at_factor(slope, self.baseline_batch, factor)
 
     def miss(self, holding: int) -> float:
         """The factor between a B_hold and the largest batch that held (≥ 1; 1 is exact)."""
