@@ -20,7 +20,7 @@ from date_engine.recipes import get_recipe
 from date_engine.sweep import SweepOptions, Tolerance, parse_schemes, plan_sweep
 from date_engine.sweep.runner import prepare_cell
 from tests.conftest import RECIPES
-from tests.runs import date, run_group
+from tests.runs import run_group
 
 SHIPPED = sorted(RECIPES.glob("*.yaml"))
 runner = CliRunner()
@@ -117,40 +117,42 @@ def test_one_largest_divisor_rule_for_every_split():
             assert largest_divisor(n, cap) == want, (n, cap)
 
 
-def _in_one_interpreter(out, runs: list[str]) -> dict[str, dict]:
-    """One-process dry runs (``SPEC`` or ``SPEC@BATCH``) all in one interpreter
-    (tests/dry_runs.py): run -> exit code, stdout, stderr, whether its folder was left behind."""
-    result = run_group([sys.executable, "-m", "tests.dry_runs", out, *runs], timeout=900)
+def _dry_runs(out, runs: list[str], nproc: int) -> dict[str, dict]:
+    """Dry runs (``SPEC`` or ``SPEC@BATCH``) at ``nproc`` processes, all in one job
+    (tests/dry_runs.py): one interpreter for one process, one torchrun job for more, each run
+    joining it as `date scale` does inside a job torchrun started (`date scale --nproc 2`'s own
+    launch, torchrun's agent, is what tests/test_scale.py and tests/test_faults.py run). Run ->
+    rank 0's record (exit code, stdout, stderr, whether its folder was left behind), after
+    checking every other process's run ended as rank 0's did."""
+    job = [sys.executable, "-m", "tests.dry_runs", out, *runs] if nproc == 1 else \
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+         "--standalone", "-m", "tests.dry_runs", out, *runs]
+    result = run_group(job, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
-    return {r["run"]: r for r in map(json.loads, result.stdout.splitlines())}
-
-
-def _dry_run(path, batch: int, nproc: int, out) -> dict:
-    """A dry run at ``nproc`` processes in a process of its own, as the records of
-    tests/dry_runs.py: exit code, stdout, stderr, whether its folder was left behind."""
-    result = date("scale", path, "--batch", batch, "--nproc", nproc, "--dry-run", "--json",
-                  "-o", out)
-    return {"exit_code": result.returncode, "stdout": result.stdout, "stderr": result.stderr,
-            "left": out.exists()}
+    ranks = [[json.loads(line) for line in (out / f"records-{rank}.jsonl").read_text().splitlines()]
+             for rank in range(nproc)]
+    for others in ranks[1:]:
+        assert [(r["run"], r["exit_code"]) for r in others] == \
+            [(r["run"], r["exit_code"]) for r in ranks[0]], others
+    return {r["run"]: r for r in ranks[0]}
 
 
 @pytest.fixture(scope="module")
-def one_process_dry_runs(tmp_path_factory) -> dict[str, dict]:
-    """Every shipped recipe's one-process dry run at its B0."""
-    return _in_one_interpreter(tmp_path_factory.mktemp("dry-runs"), [str(p) for p in SHIPPED])
+def shipped_dry_runs(tmp_path_factory) -> dict[int, dict[str, dict]]:
+    """Every shipped recipe's dry run at its B0: processes -> run -> record."""
+    return {n: _dry_runs(tmp_path_factory.mktemp(f"dry-runs-{n}"), [str(p) for p in SHIPPED], n)
+            for n in (1, 2)}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc", [1, 2])
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
-def test_dry_run_trains_the_plan_date_plan_prints(path, nproc, tmp_path, request):
+def test_dry_run_trains_the_plan_date_plan_prints(path, nproc, shipped_dry_runs):
     """CI's dry run of every shipped recipe: the plan at the real batch, then 2 tiny steps through
     the real worker (2 processes: torchrun's); its plan.json is `date plan --json`'s document,
     and nothing is left behind."""
     batch = load_spec(path).baseline.batch_size
-    # `date scale` runs one process in its own: those share one interpreter
-    ran = request.getfixturevalue("one_process_dry_runs")[str(path)] if nproc == 1 \
-        else _dry_run(path, batch, nproc, tmp_path / "out")
+    ran = shipped_dry_runs[nproc][str(path)]
     assert ran["exit_code"] == 0, ran["stdout"] + ran["stderr"]
     record = json.loads(ran["stdout"])
     assert record["plan"].pop("step")["path"] in ("fused", "foreach", "off")  # as date plan's
@@ -168,11 +170,9 @@ def test_dry_runs_at_larger_batches_train_the_printed_plan(nproc, tmp_path):
     seconds (its real data ships with scikit-learn, so n comes from the data, as in real runs)."""
     path = RECIPES / "lenet-digits.yaml"
     larger = batches(path, nproc)[1:]
-    shared = _in_one_interpreter(tmp_path, [f"{path}@{b}" for b in larger]) if nproc == 1 \
-        else {}
+    ran_at = _dry_runs(tmp_path, [f"{path}@{b}" for b in larger], nproc)
     for batch in larger:
-        ran = shared[f"{path}@{batch}"] if nproc == 1 \
-            else _dry_run(path, batch, nproc, tmp_path / f"out-{batch}")
+        ran = ran_at[f"{path}@{batch}"]
         assert ran["exit_code"] == 0, ran["stdout"] + ran["stderr"]
         shown = plan_json(path, "--batch", batch, "--nproc", nproc, keep_step=True)
         trained = json.loads(ran["stdout"])["plan"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import itertools
 import os
 import re
 import signal
@@ -253,18 +254,24 @@ def setup(
         parallel)
 
 
+_GROUPS_JOINED = itertools.count()
+"""How many process groups this process has joined: every process of a job joins them in the
+same order, so the count names the same group in each."""
+
+
 def _attempt_store() -> dist.Store:
-    """The job's rendezvous store, with keys private to this attempt.
+    """The job's rendezvous store, with keys private to this attempt and to this process group.
 
     After torch's elastic agent restarts failed workers, the new workers could otherwise read a
     dead worker's address from the previous attempt (seen here as gloo's "connectFullMesh failed:
-    Connection refused", or as a hang).
+    Connection refused", or as a hang). Within one attempt, a process that trains twice (two runs
+    from one script under torchrun) would likewise read the first group's addresses and hang.
     """
     from torch.distributed.rendezvous import rendezvous
 
     store, _, _ = next(rendezvous("env://"))
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return dist.PrefixStore(f"date_engine/attempt_{attempt}", store)
+    return dist.PrefixStore(f"date_engine/attempt_{attempt}/group_{next(_GROUPS_JOINED)}", store)
 
 
 def teardown(runtime: Runtime) -> None:
