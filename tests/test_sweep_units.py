@@ -430,3 +430,43 @@ def test_the_report_puts_each_cells_forecast_time_beside_the_measured(tmp_path):
     assert row.endswith("| 0.50 |")
     with pytest.raises(DateError, match="recipe lenet-digits, not gnmt"):
         sweep_time_forecast(bench, cells, "gnmt")
+
+
+def test_figures_are_redrawn_at_most_once_a_minute_while_cells_train(tmp_path, monkeypatch):
+    """After each cell the tables and report.md are written anew; the figures only when a minute
+    has passed since they were last drawn (or the sweep started), and always when it ends."""
+    from rich.console import Console
+
+    import date_engine.sweep.report as report
+    import date_engine.sweep.runner as runner
+    from date_engine.recipes import get_recipe
+    from date_engine.sweep import run_sweep
+
+    cells = cells_of(BASE, "64", schemes="date")
+    clock = [1000.0]
+    drawn, reports = [], []
+    monkeypatch.setattr("time.monotonic", lambda: clock[0])
+
+    def draw(root, summary, schemes, plan_of):
+        drawn.append(clock[0])
+        (root / "metric_vs_batch.png").write_bytes(b"png")
+        return {"metric_vs_batch.png": True}
+
+    def train(root, planned, *, on_change, **_):
+        results = [read_cell(p.cell, tmp_path / "none", "accuracy") for p in planned]
+        for minutes in (0.5, 0.9, 1.2, 1.5, 2.3):  # cells ending at these minutes
+            clock[0] = 1000.0 + 60 * minutes
+            on_change(results)
+            reports.append((root / "report.md").read_text())
+        clock[0] = 1000.0 + 60 * 2.4
+        return results, 0
+
+    monkeypatch.setattr(report, "sweep_figures", draw)
+    monkeypatch.setattr(runner, "run_cells", train)
+    options = SweepOptions(batches=[64], schemes=parse_schemes("date"))
+    run_sweep(get_recipe("lenet-digits"), cells, options, tmp_path / "sweep",
+              {"spec": "lenet-digits.yaml", "command": "date sweep lenet-digits.yaml"},
+              Console(quiet=True))
+    assert [round((t - 1000) / 60, 1) for t in drawn] == [1.2, 2.3, 2.4]  # the last: the end
+    assert "metric_vs_batch.png: not drawn yet: they are drawn when the sweep ends" in reports[0]
+    assert "![" in reports[3] and "![" in reports[4]  # drawn before: linked, not redrawn

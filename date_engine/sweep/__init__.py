@@ -8,6 +8,7 @@ folders (:mod:`.results`) → results.csv/json, report.md and figures (:mod:`.re
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,7 +103,7 @@ def run_sweep(
     train: bool = True,
 ) -> tuple[SweepSummary, int]:
     """Train the cells not yet finished (unless ``train`` is False), then write every output."""
-    from date_engine.sweep.report import write_outputs
+    from date_engine.sweep.report import FIGURES_EVERY_S, write_outputs
     from date_engine.sweep.runner import cell_folder, run_cells
 
     names = options.labels
@@ -126,11 +127,16 @@ def run_sweep(
             }
         )
 
-    def report(results: list[CellResult]) -> SweepSummary:
+    drawn_at = [time.monotonic()]  # when the figures were last drawn: first a minute in
+
+    def report(results: list[CellResult], final: bool = True) -> SweepSummary:
         summary = summarize(
             results, recipe.metric_name, recipe.higher_is_better, options.tolerance, names
         )
-        write_outputs(root, summary, results, settings, names)
+        draw = final or time.monotonic() - drawn_at[0] >= FIGURES_EVERY_S
+        write_outputs(root, summary, results, settings, names, draw_figures=draw)
+        if draw:
+            drawn_at[0] = time.monotonic()
         return summary
 
     code = 0
@@ -142,7 +148,7 @@ def run_sweep(
             jobs=options.jobs,
             metric_name=recipe.metric_name,
             console=console,
-            on_change=report,
+            on_change=lambda results: report(results, final=False),
         )
     else:
         results = [read_cell(p.cell, cell_folder(root, p.cell), recipe.metric_name) for p in cells]

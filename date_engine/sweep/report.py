@@ -17,15 +17,24 @@ from typing import Any
 from date_engine.plan import Plan
 from date_engine.runfolder import RunFolder
 from date_engine.sweep.results import CellResult, SweepSummary
-from date_engine.view.plots import sweep_figures
+from date_engine.view.plots import FIGURES, sweep_figures
 from date_engine.view.sweep import report_markdown
 
-__all__ = ["write_outputs"]
+__all__ = ["FIGURES_EVERY_S", "write_outputs"]
+
+FIGURES_EVERY_S = 60.0
+"""While cells train, the figures are redrawn after a cell ends at most this often (drawing them
+takes seconds, during which no cell is started); the tables and report.md after every cell, and
+everything when the sweep ends."""
+LATER = "they are drawn when the sweep ends, and at most once a minute while it runs"
 
 
 def write_outputs(root: Path, summary: SweepSummary, results: list[CellResult],
-                  settings: dict[str, Any], schemes: list[str]) -> list[Path]:
-    """Write every output of the sweep into ``root``; returns the paths written."""
+                  settings: dict[str, Any], schemes: list[str],
+                  draw_figures: bool = True) -> list[Path]:
+    """Write every output of the sweep into ``root``; returns the paths written. Without
+    ``draw_figures`` the figures are left as the last draw left them (report.md links those
+    there are), the tables and report.md written anew."""
     from date_engine.sweep.runner import cell_folder
 
     def plan_of(result: CellResult) -> Plan | None:
@@ -37,10 +46,11 @@ def write_outputs(root: Path, summary: SweepSummary, results: list[CellResult],
             "verdicts": summary.verdicts(schemes), "cells": [r.row() for r in results]}
     (root / "results.json").write_text(json.dumps(data, indent=2, default=_plain))
     written.append(root / "results.json")
-    figures = sweep_figures(root, summary, schemes, plan_of)
+    figures = sweep_figures(root, summary, schemes, plan_of) if draw_figures else \
+        {name: True if (root / name).exists() else f"not drawn yet: {LATER}" for name in FIGURES}
     (root / "report.md").write_text(report_markdown(summary, settings, schemes, figures))
     written.append(root / "report.md")
-    return written + [root / name for name in figures if figures[name] is True]
+    return written + [root / name for name in figures if figures[name] is True and draw_figures]
 
 
 def _plain(value: Any) -> Any:
