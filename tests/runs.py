@@ -35,6 +35,28 @@ def run_group(cmd, env=None, timeout=240, cwd=ROOT):
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
+def in_one_job(out: Path, runs: dict[str, list], nproc: int = 1, timeout=900) -> dict[str, dict]:
+    """`date scale` runs (name -> its arguments, spec first) one after the other in one job
+    (tests/one_job.py): one interpreter for one process, one torchrun job for more, each run
+    joining it as `date scale` does inside a job torchrun started. Name -> rank 0's record (exit
+    code, stdout, stderr), after checking every other process's runs ended as rank 0's did."""
+    out.mkdir(parents=True, exist_ok=True)
+    listed = out / "runs.json"
+    listed.write_text(json.dumps({name: [str(a) for a in args] for name, args in runs.items()}))
+    module = ["-m", "tests.one_job", out, listed]
+    job = [sys.executable, *module] if nproc == 1 else \
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", nproc, "--standalone",
+         *module]
+    result = run_group(job, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [[json.loads(line) for line in (out / f"records-{rank}.jsonl").read_text().splitlines()]
+             for rank in range(nproc)]
+    for others in ranks[1:]:
+        assert [(r["run"], r["exit_code"]) for r in others] == \
+            [(r["run"], r["exit_code"]) for r in ranks[0]], others
+    return {r["run"]: r for r in ranks[0]}
+
+
 def finish(proc, timeout=240):
     """communicate() with a process started in its own session; kill its group on timeout."""
     try:

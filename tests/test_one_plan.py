@@ -9,7 +9,6 @@ worker (torchrun for 2 processes) print the same document, batch split included.
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -20,7 +19,7 @@ from date_engine.recipes import get_recipe
 from date_engine.sweep import SweepOptions, Tolerance, parse_schemes, plan_sweep
 from date_engine.sweep.runner import prepare_cell
 from tests.conftest import RECIPES
-from tests.runs import run_group
+from tests.runs import in_one_job
 
 SHIPPED = sorted(RECIPES.glob("*.yaml"))
 runner = CliRunner()
@@ -117,31 +116,23 @@ def test_one_largest_divisor_rule_for_every_split():
             assert largest_divisor(n, cap) == want, (n, cap)
 
 
-def _dry_runs(out, runs: list[str], nproc: int) -> dict[str, dict]:
-    """Dry runs (``SPEC`` or ``SPEC@BATCH``) at ``nproc`` processes, all in one job
-    (tests/dry_runs.py): one interpreter for one process, one torchrun job for more, each run
-    joining it as `date scale` does inside a job torchrun started (`date scale --nproc 2`'s own
-    launch, torchrun's agent, is what tests/test_scale.py and tests/test_faults.py run). Run ->
-    rank 0's record (exit code, stdout, stderr, whether its folder was left behind), after
-    checking every other process's run ended as rank 0's did."""
-    job = [sys.executable, "-m", "tests.dry_runs", out, *runs] if nproc == 1 else \
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-         "--standalone", "-m", "tests.dry_runs", out, *runs]
-    result = run_group(job, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    ranks = [[json.loads(line) for line in (out / f"records-{rank}.jsonl").read_text().splitlines()]
-             for rank in range(nproc)]
-    for others in ranks[1:]:
-        assert [(r["run"], r["exit_code"]) for r in others] == \
-            [(r["run"], r["exit_code"]) for r in ranks[0]], others
-    return {r["run"]: r for r in ranks[0]}
+def _dry_runs(out, runs: dict[str, tuple], nproc: int) -> dict[str, dict]:
+    """`date scale SPEC --batch BATCH --dry-run --json` of each run (name -> SPEC, BATCH) at
+    ``nproc`` processes, all in one job (tests.runs.in_one_job; `date scale --nproc 2`'s own
+    launch, torchrun's agent, is what tests/test_scale.py and tests/test_faults.py run). Name ->
+    exit code, stdout, stderr and whether the run's folder was left behind."""
+    records = in_one_job(out, {name: [spec, "--batch", batch, "--dry-run", "--json", "-o",
+                                      out / f"run-{i}"]
+                               for i, (name, (spec, batch)) in enumerate(runs.items())}, nproc)
+    return {name: {**records[name], "left": (out / f"run-{i}").exists()}
+            for i, name in enumerate(runs)}
 
 
 @pytest.fixture(scope="module")
 def shipped_dry_runs(tmp_path_factory) -> dict[int, dict[str, dict]]:
     """Every shipped recipe's dry run at its B0: processes -> run -> record."""
-    return {n: _dry_runs(tmp_path_factory.mktemp(f"dry-runs-{n}"), [str(p) for p in SHIPPED], n)
-            for n in (1, 2)}
+    runs = {str(p): (p, load_spec(p).baseline.batch_size) for p in SHIPPED}
+    return {n: _dry_runs(tmp_path_factory.mktemp(f"dry-runs-{n}"), runs, n) for n in (1, 2)}
 
 
 @pytest.mark.slow
@@ -170,9 +161,9 @@ def test_dry_runs_at_larger_batches_train_the_printed_plan(nproc, tmp_path):
     seconds (its real data ships with scikit-learn, so n comes from the data, as in real runs)."""
     path = RECIPES / "lenet-digits.yaml"
     larger = batches(path, nproc)[1:]
-    ran_at = _dry_runs(tmp_path, [f"{path}@{b}" for b in larger], nproc)
+    ran_at = _dry_runs(tmp_path, {str(b): (path, b) for b in larger}, nproc)
     for batch in larger:
-        ran = ran_at[f"{path}@{batch}"]
+        ran = ran_at[str(batch)]
         assert ran["exit_code"] == 0, ran["stdout"] + ran["stderr"]
         shown = plan_json(path, "--batch", batch, "--nproc", nproc, keep_step=True)
         trained = json.loads(ran["stdout"])["plan"]

@@ -4,11 +4,12 @@ formats: the real loaders, models, losses and metrics end to end."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import RECIPES
-from tests.runs import date
+from tests.runs import date, in_one_job
 from tests.test_data import image_tree, mnist_fixture, parallel_fixture, ptb_fixture
 
 
@@ -103,36 +104,29 @@ METRICS = {
 }
 
 
+@pytest.fixture(scope="module")
+def trained_on_files(tmp_path_factory) -> dict[str, tuple[dict, Path]]:
+    """A few steps of every case on its files, all in one interpreter (tests.runs.in_one_job):
+    name -> the run's record and its folder."""
+    root = tmp_path_factory.mktemp("formats")
+    runs = {}
+    for name, (build, extra) in CASES.items():
+        build(root / name / "data")
+        batch = 4 if name == "resnet50-imagenet" else 8
+        length = [] if name == "lenet-mnist" else ["--set", "baseline.epochs=0.4"]  # a few steps
+        runs[name] = [RECIPES / f"{name}.yaml", "--batch", batch, "--micro-batch", batch // 2,
+                      "--set", f"train.data_dir={root / name / 'data'}", *extra, *length,
+                      "-o", root / name / "run", "--set", f"baseline.batch_size={batch}",
+                      "--set", "baseline.warmup_epochs=0", "--set", "train.log_every=1"]
+    records = in_one_job(root, runs)
+    return {name: (records[name], root / name / "run") for name in CASES}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
-def test_recipe_trains_on_files_in_its_format(tmp_path, name):
-    build, extra = CASES[name]
-    build(tmp_path / "data")
-    out = tmp_path / "run"
-    batch = 4 if name == "resnet50-imagenet" else 8
-    length = [] if name == "lenet-mnist" else ["--set", "baseline.epochs=0.4"]  # a few steps
-    result = date(
-        "scale",
-        RECIPES / f"{name}.yaml",
-        "--batch",
-        batch,
-        "--micro-batch",
-        batch // 2,
-        "--set",
-        f"train.data_dir={tmp_path / 'data'}",
-        *extra,
-        *length,
-        "-o",
-        out,
-        "--set",
-        f"baseline.batch_size={batch}",
-        "--set",
-        "baseline.warmup_epochs=0",
-        "--set",
-        "train.log_every=1",
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+def test_recipe_trains_on_files_in_its_format(trained_on_files, name):
+    result, out = trained_on_files[name]
+    assert result["exit_code"] == 0, result["stdout"] + result["stderr"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["metric_name"] == METRICS[name] and summary["metric"] is not None
     losses = [
