@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,18 @@ def pytest_configure(config):
         from date_engine.machine import threads_per_process
 
         os.environ["OMP_NUM_THREADS"] = str(threads_per_process(workers))
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order set below
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files with the most `slow` tests (the ones that start training processes) first, the
+    many quick files last: with `--dist loadfile` each worker takes the next file when it is free,
+    so the quick ones fill in at the end instead of a long file running alone there. (xdist's own
+    order, files with the most tests first, put test_fsdp and test_sharded, few tests and minutes
+    of training, at the end.) The order within a file is kept."""
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.path])
 
 
 # The paper's worked example (docs/algorithm.md §1): LeNet on MNIST, B0 = 1024.
