@@ -241,20 +241,25 @@ def test_metrics_log_drops_lines_after_the_resumed_step_and_feeds_tensorboard(
     ] == [1, 1]
 
 
-def test_cpu_training_flushes_denormals(monkeypatch):
-    from date_engine.train.runtime import setup, teardown
+def test_cpu_training_flushes_denormals_and_leaves_them_as_it_found_them(monkeypatch):
+    """A run flushes denormal floats while it trains on the CPU; its end restores the mode it
+    found, so a run inside the user's own process (or a test's) changes nothing after it."""
+    from date_engine.train.runtime import flushes_denormals, setup, teardown
 
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
         monkeypatch.delenv(key, raising=False)
     try:
-        # Made after the flag is cleared: an earlier in-process run may have set it, and a
-        # denormal built while it is set is already zero.
-        torch.set_flush_denormal(False)
-        tiny = torch.tensor([1e-39], dtype=torch.float32)  # a denormal: below fp32's 1.18e-38
-        assert (tiny * 1.0).item() != 0.0
-        runtime = setup(force_cpu=True)
-        assert runtime.device.type == "cpu" and (tiny * 1.0).item() == 0.0
-        teardown(runtime)
+        for before in (False, True):
+            torch.set_flush_denormal(before)
+            # made after the flag is set: a denormal built while flushing is already zero
+            tiny = torch.tensor([1e-39], dtype=torch.float32)  # below fp32's 1.18e-38
+            assert flushes_denormals() == before
+            runtime = setup(force_cpu=True)
+            assert runtime.device.type == "cpu" and flushes_denormals()
+            teardown(runtime)
+            assert flushes_denormals() == before
+            if not before:
+                assert (tiny * 1.0).item() != 0.0
     finally:
         torch.set_flush_denormal(False)
 

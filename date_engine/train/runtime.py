@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-__all__ = ["Runtime", "die_with_parent", "job_environment", "raise_everywhere", "setup",
+__all__ = ["Runtime", "die_with_parent", "flushes_denormals", "job_environment", "raise_everywhere",
+           "setup",
            "shard_units", "teardown"]
 
 
@@ -49,6 +50,9 @@ class Runtime:
     """Things the user should know, e.g. that bf16 was asked for on a CPU."""
     parallel: str = "ddp"
     """``train.parallel``: ``ddp`` (replicas) or ``fsdp`` (sharded over the processes)."""
+    flushed_denormals_before: bool = False
+    """Whether the CPU flushed denormal floats to zero before :func:`setup` made it (restored by
+    :func:`teardown`: a run inside the user's own process leaves its floating point as it was)."""
 
     @property
     def is_main(self) -> bool:
@@ -227,6 +231,7 @@ def setup(
         notes.append(f"{here} processes share this machine's {units} {unit}: they take turns on "
                      f"them, so steps take longer than with --nproc {units} (the batch, its split "
                      "and the result are the same).")
+    flushed_before = flushes_denormals()
     if device.type == "cpu":
         # Denormal floats take x86 CPUs a slow path: a PTB LSTM whose gates saturated after a too
         # large LR trained 6x slower with them. Flushed to zero they change nothing a model can
@@ -251,7 +256,7 @@ def setup(
             )
     return Runtime(
         job.rank, job.world_size, job.local_rank, device, chosen_backend, precision, compile, notes,
-        parallel)
+        parallel, flushed_before)
 
 
 _GROUPS_JOINED = itertools.count()
@@ -274,9 +279,17 @@ def _attempt_store() -> dist.Store:
     return dist.PrefixStore(f"date_engine/attempt_{attempt}/group_{next(_GROUPS_JOINED)}", store)
 
 
+def flushes_denormals() -> bool:
+    """Whether this CPU now flushes denormal floats to zero (torch can set it, not read it)."""
+    return (torch.tensor([1e-39], dtype=torch.float32) * 1.0).item() == 0.0
+
+
 def teardown(runtime: Runtime) -> None:
+    """Leave the process group and the CPU's handling of denormal floats as :func:`setup` found
+    them."""
     if runtime.distributed and dist.is_initialized():
         dist.destroy_process_group()
+    torch.set_flush_denormal(runtime.flushed_denormals_before)
 
 
 def _slurm_rendezvous(job: JobEnvironment) -> None:
