@@ -121,11 +121,11 @@ def _dry_runs(out, runs: dict[str, tuple], nproc: int) -> dict[str, dict]:
     ``nproc`` processes, all in one job (tests.runs.in_one_job; `date scale --nproc 2`'s own
     launch, torchrun's agent, is what tests/test_scale.py and tests/test_faults.py run). Name ->
     exit code, stdout, stderr and whether the run's folder was left behind."""
-    records = in_one_job(out, {name: [spec, "--batch", batch, "--dry-run", "--json", "-o",
-                                      out / f"run-{i}"]
-                               for i, (name, (spec, batch)) in enumerate(runs.items())}, nproc)
-    return {name: {**records[name], "left": (out / f"run-{i}").exists()}
-            for i, name in enumerate(runs)}
+    folders = {name: out / f"run-{i}" for i, name in enumerate(runs)}
+    commands = {name: [spec, "--batch", batch, "--dry-run", "--json", "-o", folders[name]]
+                for name, (spec, batch) in runs.items()}
+    records = in_one_job(out, commands, nproc)
+    return {name: {**records[name], "left": folders[name].exists()} for name in runs}
 
 
 @pytest.fixture(scope="module")

@@ -127,16 +127,17 @@ def run_sweep(
             }
         )
 
-    drawn_at = [time.monotonic()]  # when the figures were last drawn: first a minute in
+    drawn_at = time.monotonic()  # when the figures were last drawn: first a minute in
 
     def report(results: list[CellResult], final: bool = True) -> SweepSummary:
+        nonlocal drawn_at
         summary = summarize(
             results, recipe.metric_name, recipe.higher_is_better, options.tolerance, names
         )
-        draw = final or time.monotonic() - drawn_at[0] >= FIGURES_EVERY_S
+        draw = final or time.monotonic() - drawn_at >= FIGURES_EVERY_S
         write_outputs(root, summary, results, settings, names, draw_figures=draw)
         if draw:
-            drawn_at[0] = time.monotonic()
+            drawn_at = time.monotonic()
         return summary
 
     code = 0

@@ -26,7 +26,8 @@ FIGURES_EVERY_S = 60.0
 """While cells train, the figures are redrawn after a cell ends at most this often (drawing them
 takes seconds, during which no cell is started); the tables and report.md after every cell, and
 everything when the sweep ends."""
-LATER = "they are drawn when the sweep ends, and at most once a minute while it runs"
+LATER = (f"they are drawn when the sweep ends, and at most once every {FIGURES_EVERY_S:.0f} s "
+         "while it runs")
 
 
 def write_outputs(root: Path, summary: SweepSummary, results: list[CellResult],

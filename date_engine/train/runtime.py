@@ -23,8 +23,7 @@ import torch
 import torch.distributed as dist
 
 __all__ = ["Runtime", "die_with_parent", "flushes_denormals", "job_environment", "raise_everywhere",
-           "setup",
-           "shard_units", "teardown"]
+           "setup", "shard_units", "teardown"]
 
 
 @dataclass(frozen=True)
