@@ -372,6 +372,88 @@ def budgets_table(rows: tuple[Budget, ...] = BUDGETS) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------ the noise in the optimizer's metric
+
+
+METRICS = ("plain", "preconditioned")
+"""Every study's probes measured twice with one version of the code, under
+docs/results/probes-preconditioned: as shipped (``plain``) and with tr(Σ), |G|² and the pair
+product taken in the metric of the optimizer's second-moment estimate, |g|²_P = Σ g²/(√v̂ + ε)
+(``preconditioned``; studies/preconditioned_noise.patch). An optimizer without one (momentum)
+reads the same either way."""
+
+SECOND_MOMENT = {"rmsprop": "RMSprop's", "adam": "Adam's", "adamw": "AdamW's"}
+
+
+def in_metric(study: Study, metric: str) -> Study:
+    """``study`` with its probes measured in ``metric`` (one of METRICS)."""
+    return Study(study.name, tuple(f"probes-preconditioned/{metric}/{Path(p).name}"
+                                   for p in study.probes), study.sweeps)
+
+
+def metric_table(studies: tuple[Study, ...] = STUDIES + NOTHING_HELD) -> str:
+    """docs/noise.md's table: B_hold at f = 4/3 from the probes as shipped and preconditioned."""
+    lines = ["| study | preconditioner | largest held (smallest lost) | "
+             "as shipped: B_hold, × off | preconditioned: B_hold, × off |", "|---|---|---|---|---|"]
+    for study in studies:
+        cells = []
+        for metric in METRICS:
+            s = in_metric(study, metric)
+            cells.append(f"{_batches(s.holding_batches(HOLDING_FACTOR))}, "
+                         f"{s.worst_miss(HOLDING_FACTOR):.2f}×")
+        name = study.curves[0].baseline["optimizer"]["name"]
+        lost = f" ({study.smallest_lost:,})" if study.smallest_lost else ""
+        lines.append(f"| {study.name} | {SECOND_MOMENT.get(name, 'none (' + name + ')')} | "
+                     f"{study.largest_held:,}{lost} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def metric_summary(studies: tuple[Study, ...] = STUDIES) -> str:
+    """Per metric: the worst miss at 4/3 and held out, over the studies where a batch held."""
+    parts = []
+    for metric in METRICS:
+        measured = tuple(in_metric(s, metric) for s in studies)
+        shipped = max(measured, key=lambda s: s.worst_miss(HOLDING_FACTOR))
+        held = max(leave_one_out(measured), key=lambda r: r.miss)
+        label = "as shipped" if metric == "plain" else metric
+        parts.append(f"{label}: at f = 4/3 up to {shipped.worst_miss(HOLDING_FACTOR):.2f}× "
+                     f"({shipped.name}), held out up to {held.miss:.2f}× ({held.study.name})")
+    return "Worst misses — " + "; ".join(parts) + "."
+
+
+# ------------------------------------------------------------------ B_noise read at one point
+
+
+@dataclass(frozen=True)
+class ReadAt(Study):
+    """The study with f read from B_noise at one point of the baseline's training, ``at`` its
+    epochs, instead of integrated over them: f(B) = (B_noise(e*) + B)/(B_noise(e*) + B0)."""
+
+    at: float = 1.0
+
+    def slope(self, probe: Probe) -> float:
+        return 1.0 / (probe.curve(self.at * probe.baseline_epochs) + self.baseline_batch)
+
+
+READINGS = (0.25, 0.5, 1.0)
+"""Where in the baseline's epochs B_noise is read, as a share of them."""
+
+
+def readings_summary(studies: tuple[Study, ...] = STUDIES) -> str:
+    """docs/noise.md's sentence: per reading of B_noise, the f that puts every study's probes
+    closest to what held, and its worst miss."""
+    parts = []
+    for at in (None, *READINGS):
+        read = studies if at is None else tuple(ReadAt(s.name, s.probes, s.sweeps, at)
+                                                for s in studies)
+        factor = best_factor(read)
+        worst = max(read, key=lambda s: s.worst_miss(factor))
+        where = "integrated over the epochs (shipped)" if at is None else f"at {at:.0%} of them"
+        parts.append(f"{where}: f = {factor:.3f}, worst {worst.worst_miss(factor):.2f}× "
+                     f"({worst.name})")
+    return "B_noise read " + "; ".join(parts) + "."
+
+
 if __name__ == "__main__":
     print(table())
     print()
@@ -384,3 +466,9 @@ if __name__ == "__main__":
     print(probe_lengths_table())
     print()
     print(probe_lengths_summary())
+    print()
+    print(metric_table())
+    print()
+    print(metric_summary())
+    print()
+    print(readings_summary())

@@ -536,3 +536,15 @@ def test_the_time_models_check_is_what_its_benchmark_printed():
         "of the 8 cells within 30%" in " ".join(page.split())
     shown = _section(page, "## Time on N devices")
     assert all(row in shown for row in ddp.splitlines() if row.startswith(("| lenet", "| lstm")))
+
+
+def test_the_preconditioned_noise_table_is_recomputed_from_its_probes():
+    """docs/noise.md's table of B_hold from probes measured as shipped and in the optimizer's
+    metric, and the sentences on it and on reading B_noise at one point, are what
+    studies/holdout.py computes from docs/results/probes-preconditioned and the stored probes."""
+    from studies.holdout import metric_summary, metric_table, readings_summary
+
+    section = " ".join(_section((ROOT / "docs" / "noise.md").read_text(), "### Held out").split())
+    assert " ".join(metric_table().split()) in section
+    assert metric_summary() in section
+    assert readings_summary() in section
