@@ -454,6 +454,34 @@ def readings_summary(studies: tuple[Study, ...] = STUDIES) -> str:
     return "B_noise read " + "; ".join(parts) + "."
 
 
+# ------------------------------------------------------------- the same model, another baseline
+
+
+OTHER_BASELINES = (
+    ("vit-mnist", ("LR 1e-3 (the recipe's)", "probes-preconditioned/plain/vit-mnist"),
+     ("LR 2e-3", "probes/vit-mnist-lr2e-3", "vit-mnist-lr2e-3")),
+)
+"""A shipped recipe's study from another baseline (``--set`` on the recipe's): the study; its own
+baseline and a probe of it measured by the same version of the code as the other's; the other
+baseline, its probe and its same-epochs sweep of the default rule."""
+
+
+def other_baselines_table() -> str:
+    """docs/results.md's rows: B_hold at f = 4/3 from each baseline's probe against what its
+    sweep held."""
+    lines = ["| study | baseline | B_hold at f = 4/3 | largest batch that held "
+             "(smallest that lost) | × off |", "|---|---|---:|---|---:|"]
+    shipped = {s.name: s for s in STUDIES}
+    for name, (own, own_probe), (other, probe, sweep) in OTHER_BASELINES:
+        for label, study in ((own, Study(name, (own_probe,), shipped[name].sweeps)),
+                             (other, Study(name, (probe,), (sweep,)))):
+            lost = f" ({study.smallest_lost:,})" if study.smallest_lost else ""
+            holds = _batches(study.holding_batches(HOLDING_FACTOR))
+            lines.append(f"| {name} | {label} | {holds} | {study.largest_held:,}{lost} | "
+                         f"{study.worst_miss(HOLDING_FACTOR):.2f} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     print(table())
     print()
@@ -472,3 +500,5 @@ if __name__ == "__main__":
     print(metric_summary())
     print()
     print(readings_summary())
+    print()
+    print(other_baselines_table())

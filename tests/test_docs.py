@@ -548,3 +548,26 @@ def test_the_preconditioned_noise_table_is_recomputed_from_its_probes():
     assert " ".join(metric_table().split()) in section
     assert metric_summary() in section
     assert readings_summary() in section
+
+
+def test_the_vit_from_another_baseline_is_its_probe_and_sweep():
+    """results.md's vit-mnist from a baseline at twice its LR: the table of B_hold against what
+    held, and the numbers the paragraph quotes, from the probe and sweep in docs/results."""
+    from statistics import mean
+
+    from date_engine.forecast import HOLDING_FACTOR
+    from studies.holdout import OTHER_BASELINES, Study, other_baselines_table
+
+    text = " ".join(_section((ROOT / "docs" / "results.md").read_text(),
+                             "## Transformers: vit-mnist").split())
+    assert " ".join(other_baselines_table().split()) in text
+    name, _, (_, probe, sweep) = OTHER_BASELINES[0]
+    study = Study(name, (probe,), (sweep,))
+    (hold,) = study.holding_batches(HOLDING_FACTOR)
+    assert (f"names B_hold ≈ {hold}, {study.worst_miss(HOLDING_FACTOR):.2f}× below the "
+            f"{study.largest_held} that held") in text
+    summary = _sweep(f"[s](docs/results/sweeps/{sweep}/report.md)")
+    base = [r["metric"] for r in summary["baseline"]["results"]]
+    assert f"reaches {base[0]} and {base[1]} (mean {mean(base):.2f};" in text
+    noise = " ".join((ROOT / "docs" / "noise.md").read_text().split())
+    assert f"B_hold ({hold}) is {study.worst_miss(HOLDING_FACTOR):.2f}× off" in noise
