@@ -11,7 +11,12 @@ baseline's epochs (date_engine.forecast.holding_batch), so B_hold for any f need
 probe. Inputs are the files the studies left in docs/results: each study's probe.json (one per
 probe seed) and the results.json of its same-epochs sweeps of the default rule.
 
-    python -m studies.holdout        # the table docs/noise.md carries (a test compares them)
+Beside it, from the same files: B_hold from longer probes (``probe_lengths_table``), every budget
+at 16× and 32× (``budgets_table``), the noise measured in the optimizer's metric and B_noise read
+at one point (``metric_table``, ``readings_summary``), and a study from another baseline of the
+same recipe (``other_baselines_table``) — each what docs/noise.md or docs/results.md carries.
+
+    python -m studies.holdout        # every table and sentence (tests/test_docs.py compares them)
 """
 
 from __future__ import annotations
