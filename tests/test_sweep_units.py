@@ -470,3 +470,25 @@ def test_figures_are_redrawn_at_most_once_a_minute_while_cells_train(tmp_path, m
     assert [round((t - 1000) / 60, 1) for t in drawn] == [1.2, 2.3, 2.4]  # the last: the end
     assert "metric_vs_batch.png: not drawn yet: they are drawn when the sweep ends" in reports[0]
     assert "![" in reports[3] and "![" in reports[4]  # drawn before: linked, not redrawn
+
+
+def test_a_figure_not_drawn_says_why(tmp_path):
+    """time_to_target.png needs the baseline's time to the target: where a baseline seed never
+    reached it, the report says so (it said "no finished cells yet" of finished cells)."""
+    pytest.importorskip("matplotlib")
+    from date_engine.view.plots import sweep_figures
+
+    results = [
+        result("baseline", 16, 0, 90.0, [(100, 10.0, 90.0)], steps=400),
+        result("baseline", 16, 1, 87.0, [(100, 10.0, 87.0)], steps=400),  # target 87.5: missed
+        result("date", 64, 0, 85.0, [(100, 2.0, 85.0)]),
+    ]
+    summary = summarize(results, "accuracy", True, Tolerance.parse("1"), ["date"])
+    drawn = sweep_figures(tmp_path, summary, ["date"], lambda cell: None)
+    assert drawn["time_to_target.png"] == (
+        "not drawn: the baseline reached the target on 1 of its 2 seeds, so it has no time to "
+        "target to compare with")
+    assert drawn["metric_vs_batch.png"] is True and not (tmp_path / "time_to_target.png").exists()
+    nothing = summarize(results[2:], "accuracy", True, Tolerance.parse("1"), ["date"])
+    assert sweep_figures(tmp_path, nothing, ["date"], lambda cell: None)[
+        "time_to_target.png"] == "not drawn: no finished cells yet"

@@ -149,8 +149,8 @@ def sweep_figures(
         ("metric_vs_steps.png", _metric_vs_steps),
     ):
         fig = draw(plt, summary, schemes, plan_of)
-        if fig is None:
-            drawn[name] = "not drawn: no finished cells yet"
+        if fig is None or isinstance(fig, str):  # a string: why there is nothing to draw
+            drawn[name] = f"not drawn: {fig or 'no finished cells yet'}"
             continue
         fig.tight_layout()
         fig.savefig(root / name, dpi=110)
@@ -215,8 +215,11 @@ def _metric_vs_batch(plt, summary, schemes: list[str], plan_of):
 
 def _time_to_target(plt, summary, schemes: list[str], plan_of):
     base = summary.baseline
-    if base is None or base.time_to_target_s is None:
+    if base is None or base.mean is None:
         return None
+    if base.time_to_target_s is None:  # every line starts at the baseline's time
+        return (f"the baseline reached the target on {base.reached} of its {len(base.results)} "
+                "seeds, so it has no time to target to compare with")
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
     for s in ["baseline"] + schemes:
         groups = [base] + ([] if s == "baseline" else [g for g in summary.groups if g.scheme == s])
