@@ -571,3 +571,24 @@ def test_the_vit_from_another_baseline_is_its_probe_and_sweep():
     assert f"reaches {base[0]} and {base[1]} (mean {mean(base):.2f};" in text
     noise = " ".join((ROOT / "docs" / "noise.md").read_text().split())
     assert f"B_hold ({hold}) is {study.worst_miss(HOLDING_FACTOR):.2f}× off" in noise
+
+
+def test_the_bert_16_epoch_baseline_numbers_are_its_files():
+    """results.md's 16-epoch bert-mlm baseline: its seeds, mean, gain over the 8-epoch baseline
+    and its probe's B_hold, from the sweeps and probe in docs/results."""
+    from statistics import mean
+
+    from date_engine.forecast import HOLDING_FACTOR
+    from studies.holdout import NOTHING_HELD
+
+    text = " ".join(_section((ROOT / "docs" / "results.md").read_text(),
+                             "## Transformers: bert-mlm").split())
+    longer, shipped = (_sweep(f"[s](docs/results/sweeps/{s}/report.md)")["baseline"]["results"]
+                       for s in ("bert4-16-batches", "bert4-batches"))
+    seeds = [round(r["metric"], 2) for r in longer]
+    gain = mean(r["metric"] for r in longer) - mean(r["metric"] for r in shipped)
+    assert (f"reaches {seeds[0]} and {seeds[1]} (mean {mean(r['metric'] for r in longer):.2f}), "
+            f"{gain:.1f} points above the 8-epoch baseline's "
+            f"{mean(r['metric'] for r in shipped):.2f}") in text
+    (study,) = [s for s in NOTHING_HELD if "bert4-16-batches" in s.sweeps]
+    assert f"names B_hold ≈ {study.holding_batches(HOLDING_FACTOR)[0]}." in text
