@@ -229,6 +229,7 @@ def test_the_forecast_says_how_sure_it_is():
             f"{ahead['holding_low']:,}–{ahead['holding_high']:,}") in words
     assert f"by up to {HELD_OUT_MISS:g}×" in words
     assert f"waits on a plateau it was {PLATEAU_MISS:g}× the batch that held" in words
+    assert "It assumes the baseline trains at its best LR" in words
 
 
 def test_the_forecast_writes_the_baseline_epochs_as_a_person_would():

@@ -272,7 +272,8 @@ def _how_sure(plan: Plan) -> Text:
            f"; that is the probe's scatter only: on studies its constant was not chosen on, "
            f"B_hold missed the largest batch that held by up to {HELD_OUT_MISS:g}×, and on a "
            f"masked LM whose accuracy waits on a plateau it was {PLATEAU_MISS:g}× the batch "
-           "that held (docs/noise.md, \"Held out\")."),
+           "that held (docs/noise.md, \"Held out\"). It assumes the baseline trains at its best "
+           "LR: from one below it, a larger batch may hold beyond B_hold."),
         style="yellow" if wide else "")
 
 
