@@ -99,6 +99,13 @@ class Study:
         lost = [b for b, held in self.verdicts.items() if not held and b > self.largest_held]
         return min(lost, default=None)
 
+    @property
+    def held_and_lost(self) -> str:
+        """``1,024 (2,048)``: the largest batch that held and, where one did, the smallest that
+        lost, as the tables write them."""
+        lost = f" ({self.smallest_lost:,})" if self.smallest_lost else ""
+        return f"{self.largest_held:,}{lost}"
+
     def holding_batches(self, factor: float) -> list[int]:
         """B_hold of each probe at f = ``factor``."""
         return [self.holding_batch(m, factor) for m in self.slopes]
@@ -191,10 +198,9 @@ def table(studies: tuple[Study, ...] = STUDIES) -> str:
              "|---|---|---:|---|---|---:|---|---:|"]
     for row in leave_one_out(studies):
         s = row.study
-        lost = f" ({s.smallest_lost:,})" if s.smallest_lost else ""
         lines.append(
             f"| {s.name} | {s.what} | {row.factor:.3f} | {_batches(row.holding)} | "
-            f"{s.largest_held:,}{lost} | {row.miss:.2f} | {_batches(row.shipped)}, "
+            f"{s.held_and_lost} | {row.miss:.2f} | {_batches(row.shipped)}, "
             f"{row.shipped_miss:.2f} | {best_factor([s]):.3f} |")
     return "\n".join(lines)
 
@@ -265,8 +271,7 @@ def probe_lengths_table(studies: tuple[Study, ...] = STUDIES) -> str:
             low, high = factors_that_fit(study, probe)
             upper = "" if high is None else f"{high:.2f}"
             cells.append(f"{hold:,}, {off:.2f}×; f {low:.2f}–{upper}")
-        lost = f" ({study.smallest_lost:,})" if study.smallest_lost else ""
-        lines.append(f"| {study.name} | {study.largest_held:,}{lost} | " + " | ".join(cells) + " |")
+        lines.append(f"| {study.name} | {study.held_and_lost} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -410,9 +415,8 @@ def metric_table(studies: tuple[Study, ...] = STUDIES + NOTHING_HELD[:1]) -> str
             cells.append(f"{_batches(s.holding_batches(HOLDING_FACTOR))}, "
                          f"{s.worst_miss(HOLDING_FACTOR):.2f}×")
         name = study.curves[0].baseline["optimizer"]["name"]
-        lost = f" ({study.smallest_lost:,})" if study.smallest_lost else ""
         lines.append(f"| {study.name} | {SECOND_MOMENT.get(name, 'none (' + name + ')')} | "
-                     f"{study.largest_held:,}{lost} | " + " | ".join(cells) + " |")
+                     f"{study.held_and_lost} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -474,19 +478,24 @@ baseline and a probe of it measured by the same version of the code as the other
 baseline, its probe and its same-epochs sweep of the default rule."""
 
 
+def other_baseline_studies() -> list[tuple[str, Study]]:
+    """(the baseline's label, its study) for each row of :func:`other_baselines_table`: the
+    recipe's own baseline, then the other."""
+    shipped = {s.name: s for s in STUDIES}
+    return [row for name, (own, own_probe), (other, probe, sweep) in OTHER_BASELINES
+            for row in ((own, Study(name, (own_probe,), shipped[name].sweeps)),
+                        (other, Study(name, (probe,), (sweep,))))]
+
+
 def other_baselines_table() -> str:
     """docs/results.md's rows: B_hold at f = 4/3 from each baseline's probe against what its
     sweep held."""
     lines = ["| study | baseline | B_hold at f = 4/3 | largest batch that held "
              "(smallest that lost) | × off |", "|---|---|---:|---|---:|"]
-    shipped = {s.name: s for s in STUDIES}
-    for name, (own, own_probe), (other, probe, sweep) in OTHER_BASELINES:
-        for label, study in ((own, Study(name, (own_probe,), shipped[name].sweeps)),
-                             (other, Study(name, (probe,), (sweep,)))):
-            lost = f" ({study.smallest_lost:,})" if study.smallest_lost else ""
-            holds = _batches(study.holding_batches(HOLDING_FACTOR))
-            lines.append(f"| {name} | {label} | {holds} | {study.largest_held:,}{lost} | "
-                         f"{study.worst_miss(HOLDING_FACTOR):.2f} |")
+    for label, study in other_baseline_studies():
+        lines.append(f"| {study.name} | {label} | "
+                     f"{_batches(study.holding_batches(HOLDING_FACTOR))} | {study.held_and_lost} "
+                     f"| {study.worst_miss(HOLDING_FACTOR):.2f} |")
     return "\n".join(lines)
 
 

@@ -556,14 +556,14 @@ def test_the_vit_from_another_baseline_is_its_probe_and_sweep():
     from statistics import mean
 
     from date_engine.forecast import HOLDING_FACTOR
-    from studies.holdout import OTHER_BASELINES, Study, other_baselines_table
+    from studies.holdout import other_baseline_studies, other_baselines_table
 
     text = " ".join(_section((ROOT / "docs" / "results.md").read_text(),
                              "## Transformers: vit-mnist").split())
     assert " ".join(other_baselines_table().split()) in text
-    name, _, (_, probe, sweep) = OTHER_BASELINES[0]
-    study = Study(name, (probe,), (sweep,))
+    _, study = other_baseline_studies()[1]  # the baseline at twice the recipe's LR
     (hold,) = study.holding_batches(HOLDING_FACTOR)
+    (sweep,) = study.sweeps
     assert (f"names B_hold ≈ {hold}, {study.worst_miss(HOLDING_FACTOR):.2f}× below the "
             f"{study.largest_held} that held") in text
     summary = _sweep(f"[s](docs/results/sweeps/{sweep}/report.md)")
@@ -586,9 +586,8 @@ def test_the_bert_16_epoch_baseline_numbers_are_its_files():
     longer, shipped = (_sweep(f"[s](docs/results/sweeps/{s}/report.md)")["baseline"]["results"]
                        for s in ("bert4-16-batches", "bert4-batches"))
     seeds = [round(r["metric"], 2) for r in longer]
-    gain = mean(r["metric"] for r in longer) - mean(r["metric"] for r in shipped)
-    assert (f"reaches {seeds[0]} and {seeds[1]} (mean {mean(r['metric'] for r in longer):.2f}), "
-            f"{gain:.1f} points above the 8-epoch baseline's "
-            f"{mean(r['metric'] for r in shipped):.2f}") in text
+    now, before = (mean(r["metric"] for r in results) for results in (longer, shipped))
+    assert (f"reaches {seeds[0]} and {seeds[1]} (mean {now:.2f}), {now - before:.1f} points above "
+            f"the 8-epoch baseline's {before:.2f}") in text
     (study,) = [s for s in NOTHING_HELD if "bert4-16-batches" in s.sweeps]
     assert f"names B_hold ≈ {study.holding_batches(HOLDING_FACTOR)[0]}." in text
