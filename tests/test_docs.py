@@ -330,26 +330,34 @@ def test_the_transformer_table_is_recomputed_from_its_sweeps(heading):
         assert _number(delta) == pytest.approx(round(group["delta"], 2), abs=0.006), study
 
 
-def test_the_vit_rules_at_32x_over_four_seeds_are_the_two_sweeps_means():
-    """results.md's four-seed comparison of the default and the paper's rule on vit-mnist at 32×:
-    the means of seeds 0, 1 (vit-mnist-rules) and 2, 3 (vit-mnist-rules-seeds23)."""
+@pytest.mark.parametrize("heading, batch, baselines, rules, seeds23, sentence", [
+    ("## Transformers: vit-mnist", 4096, ("vit-mnist-rules",), ("vit-mnist-rules",),
+     "vit-mnist-rules-seeds23", "rules tie: {d:.2f} against {p:.2f}, {dd:.2f} against {pd:.2f} "
+     "from the four baselines' {b:.2f} — the default is ≥ the paper's rule by {diff:.2f} points"),
+    ("## Transformers: bert-mlm", 1024, ("bert4-batches",), ("bert4-batches", "bert4-rules"),
+     "bert4-rules-seeds23", "the default is below the paper's rule: {d:.2f} against {p:.2f}, "
+     "{dd:.2f} against {pd:.2f} from the four baselines' {b:.2f} — the paper's rule ahead by "
+     "{neg:.2f} points"),
+])
+def test_the_transformer_rules_at_32x_over_four_seeds_are_the_sweeps_means(
+        heading, batch, baselines, rules, seeds23, sentence):
+    """results.md's four-seed comparison of the default and the paper's rule at 32×: the means of
+    seeds 0, 1 and of seeds 2, 3 (their own sweep), each rule's cells read from the sweep that
+    trained them (bert-mlm's rules sweep copied bert4-batches' default cells)."""
     from statistics import mean
 
-    cells = {"baseline": [], "paper": [], "date": []}
-    for study in ("vit-mnist-rules", "vit-mnist-rules-seeds23"):
+    def cells(study: str, scheme: str) -> list[float]:
         summary = _sweep(f"[{study}](docs/results/sweeps/{study}/report.md)")
-        cells["baseline"] += [r["metric"] for r in summary["baseline"]["results"]]
-        for scheme in ("paper", "date"):
-            cells[scheme] += [r["metric"] for r in _group(summary, scheme, 4096)["results"]]
-    base = mean(cells["baseline"])
-    paper, default = mean(cells["paper"]), mean(cells["date"])
-    text = " ".join(_section((ROOT / "docs" / "results.md").read_text(),
-                             "## Transformers: vit-mnist").split())
-    assert len(cells["date"]) == len(cells["paper"]) == 4
-    assert (f"rules tie: {default:.2f} against {paper:.2f}, "
-            f"{default - base:.2f} against {paper - base:.2f} from the four baselines' {base:.2f}"
-            .replace("-", "−")) in text
-    assert f"≥ the paper's rule by {default - paper:.2f} points" in text
+        if scheme == "baseline":
+            return [r["metric"] for r in summary["baseline"]["results"]]
+        return [r["metric"] for r in _group(summary, scheme, batch)["results"]]
+
+    base = mean(cells(baselines[0], "baseline") + cells(seeds23, "baseline"))
+    default = mean(cells(rules[0], "date") + cells(seeds23, "date"))
+    paper = mean(cells(rules[-1], "paper") + cells(seeds23, "paper"))
+    text = " ".join(_section((ROOT / "docs" / "results.md").read_text(), heading).split())
+    assert sentence.format(d=default, p=paper, dd=default - base, pd=paper - base, b=base,
+                           diff=default - paper, neg=paper - default).replace("-", "−") in text
 
 
 def test_the_fashion_and_bert_rerun_numbers_are_their_files():
