@@ -34,7 +34,7 @@ __all__ = ["HELD_OUT_MISS", "HOLDING_FACTOR", "PLATEAU_MISS", "Forecast", "Noise
 HOLDING_FACTOR = 4 / 3
 """f at the largest batch expected to hold accuracy at the baseline's epochs (a calibration:
 docs/noise.md)."""
-HELD_OUT_MISS = 2.99
+HELD_OUT_MISS = 3.02
 """How far B_hold missed the largest batch that held on a study left out of the choice of its
 constant, at worst (docs/noise.md, "Held out"; a test recomputes it from studies/holdout.py)."""
 PLATEAU_MISS = 7.41

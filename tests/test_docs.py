@@ -310,14 +310,15 @@ def test_the_results_summary_quotes_the_ramp_sweeps():
             " ".join(section.split()), study
 
 
-@pytest.mark.parametrize("heading", ["## Transformers: vit-mnist", "## Transformers: bert-mlm"])
-def test_the_transformer_table_is_recomputed_from_its_sweeps(heading):
-    """docs/results.md's vit-mnist and bert-mlm tables of sweep cells (bert-mlm has two: the study
-    as shipped and the first one): each row's steps, accuracies (to the two decimals written) and Δ
-    from its sweep."""
+@pytest.mark.parametrize("heading", ["## Transformers: vit-mnist", "## Transformers: bert-mlm",
+                                     "### ptb-small: the default rule at 2×"])
+def test_the_study_table_is_recomputed_from_its_sweeps(heading):
+    """docs/results.md's vit-mnist, bert-mlm and ptb-small tables of sweep cells (bert-mlm has two:
+    the study as shipped and the first one): each row's steps, accuracies (to the two decimals
+    written) and Δ from its sweep."""
     section = _section((ROOT / "docs" / "results.md").read_text(), heading)
     tables = [t for t in _tables(section) if len(t[0]) == 7 and "/report.md)" in t[0][0]]
-    assert tables and sum(len(t) for t in tables) >= 6
+    assert tables and sum(len(t) for t in tables) >= 3
     for study, batch, scheme, epochs, steps, accuracy, delta in (r for t in tables for r in t):
         summary = _sweep(study.replace("](results/", "](docs/results/"))  # links from docs/
         name = re.search(r"`([^`]+)`", scheme).group(1)
@@ -416,6 +417,55 @@ def test_the_held_out_table_is_recomputed_from_the_probes_and_sweeps():
     # the worst held-out miss `date plan` quotes under its forecast, and its miss where none held
     assert round(max(row.miss for row in leave_one_out()), 2) == HELD_OUT_MISS
     assert round(max(s.worst_miss(HOLDING_FACTOR) for s in NOTHING_HELD), 2) == PLATEAU_MISS
+
+
+def test_the_ptb_small_study_numbers_are_its_probe_and_sweep():
+    """results.md's ptb-small study: the baseline's seeds and mean, the target, B_hold and its miss,
+    and the probe's length, from the sweep and probe in docs/results."""
+    from date_engine.forecast import HOLDING_FACTOR
+    from studies.holdout import LATER
+
+    text = " ".join(_section((ROOT / "docs" / "results.md").read_text(),
+                             "### ptb-small: the default rule at 2×").split())
+    summary = _sweep("[s](docs/results/sweeps/ptb-small-batches/report.md)")
+    seeds = [r["metric"] for r in summary["baseline"]["results"]]
+    assert (f"mean ({seeds[0]:.2f} and {seeds[1]:.2f}: {sum(seeds) / 2:.1f}," in text)
+    assert f"the target is {1.05 * sum(seeds) / 2:.1f})" in text
+    (ptb,) = LATER
+    probe = ptb.curves[0]
+    assert (f"B_hold is {ptb.holding_batches(HOLDING_FACTOR)[0]}**, "
+            f"{ptb.worst_miss(HOLDING_FACTOR):.2f}× the {ptb.largest_held} that held and just "
+            f"above the {ptb.smallest_lost} that lost (the probe: {probe.steps} steps, "
+            f"{probe.epochs:.1f} epochs;") in text
+    deltas = [f"{_group(summary, 'date', b)['delta']:+.2f}".replace("-", "−")
+              for b in (40, 80, 160)]
+    short = " ".join(_section((ROOT / "docs" / "results.md").read_text(), "## In short").split())
+    assert (f"held at 2× and 4× in the baseline's epochs ({deltas[0]} and {deltas[1]} perplexity, "
+            f"below the baseline's {sum(seeds) / 2:.1f}) and lost at 8× ({deltas[2]}); the probe's "
+            f"B_hold ({ptb.holding_batches(HOLDING_FACTOR)[0]}) was "
+            f"{ptb.worst_miss(HOLDING_FACTOR):.2f}× the batch that held") in short
+    assert (f"B_hold ({ptb.holding_batches(HOLDING_FACTOR)[0]}) was "
+            f"{ptb.worst_miss(HOLDING_FACTOR):.2f}× the batch that held (2 seeds;") in " ".join(
+                README.split())
+
+
+def test_the_plateau_check_that_was_not_shipped_is_its_probes():
+    """docs/noise.md's negative result: each probe's share of loss shed over its second half, the
+    threshold between the studies where nothing held and the others, and ptb-small (held out)
+    below it though a larger batch held there."""
+    from date_engine.forecast import HOLDING_FACTOR
+    from studies.holdout import LATER, loss_fall, plateau_table, plateau_threshold
+
+    section = " ".join(_section((ROOT / "docs" / "noise.md").read_text(), "### Held out").split())
+    assert " ".join(plateau_table().split()) in section
+    threshold = plateau_threshold()
+    assert f"A threshold between the two, {threshold:.1%} (the geometric mean" in section
+    (ptb,) = LATER
+    assert ptb.largest_held > ptb.baseline_batch and loss_fall(ptb.curves[0]) < threshold
+    assert f"is flagged too ({loss_fall(ptb.curves[0]):.1%})" in section
+    miss, (holding,) = ptb.worst_miss(HOLDING_FACTOR), ptb.holding_batches(HOLDING_FACTOR)
+    assert f"({miss:.2f}×): a language model's loss" in section
+    assert f"B_hold ({holding}) is {miss:.2f}× the {ptb.largest_held} that held" in section
 
 
 def test_the_probe_lengths_table_is_recomputed_from_the_long_probes():
