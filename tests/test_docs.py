@@ -437,6 +437,13 @@ def test_the_ptb_small_study_numbers_are_its_probe_and_sweep():
             f"{ptb.worst_miss(HOLDING_FACTOR):.2f}× the {ptb.largest_held} that held and just "
             f"above the {ptb.smallest_lost} that lost (the probe: {probe.steps} steps, "
             f"{probe.epochs:.1f} epochs;") in text
+    hold = _group(_sweep("[s](docs/results/sweeps/ptb-small-budgets/report.md)"), "date+hold", 160)
+    steps = hold["results"][0]["steps"]
+    assert (f"({steps:,} steps, {summary['baseline']['steps'] / steps:.1f}× fewer than the "
+            f"baseline's {summary['baseline']['steps']:,})") in text
+    assert f"{hold['delta']:+.2f} ({hold['delta'] / (sum(seeds) / 2):.1%}, inside the 5%)" in text
+    assert (f"`--budget hold` held on the mean, {hold['delta']:+.2f} perplexity in {steps:,} "
+            "steps)") in " ".join(README.split())
     deltas = [f"{_group(summary, 'date', b)['delta']:+.2f}".replace("-", "−")
               for b in (40, 80, 160)]
     short = " ".join(_section((ROOT / "docs" / "results.md").read_text(), "## In short").split())
