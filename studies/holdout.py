@@ -528,9 +528,8 @@ flag, the others not; ptb-small (LATER) was measured after it, to check it."""
 def plateau_threshold(studies: tuple[Study, ...] = PLATEAU_CHOSEN_ON) -> float:
     """The threshold on :func:`loss_fall` that separates the studies where nothing held from the
     others: the geometric mean of the largest fall of the first and the smallest of the second."""
-    held = {s.name for s in studies if s not in NOTHING_HELD}
-    on = max(loss_fall(p) for s in studies if s.name not in held for p in s.curves)
-    off = min(loss_fall(p) for s in studies if s.name in held for p in s.curves)
+    on = max(loss_fall(p) for s in studies if s in NOTHING_HELD for p in s.curves)
+    off = min(loss_fall(p) for s in studies if s not in NOTHING_HELD for p in s.curves)
     return (on * off) ** 0.5
 
 
@@ -548,6 +547,7 @@ def plateau_table(studies: tuple[Study, ...] = ALL_STUDIES + NOTHING_HELD) -> st
                      f"{s.worst_miss(HOLDING_FACTOR):.2f} | "
                      f"{', '.join(f'{f:.1%}' for f in falls)} | {flagged} |")
     return "\n".join(lines)
+
 
 if __name__ == "__main__":
     print(table())

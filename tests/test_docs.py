@@ -331,20 +331,22 @@ def test_the_study_table_is_recomputed_from_its_sweeps(heading):
         assert _number(delta) == pytest.approx(round(group["delta"], 2), abs=0.006), study
 
 
-@pytest.mark.parametrize("heading, batch, baselines, rules, seeds23, sentence", [
-    ("## Transformers: vit-mnist", 4096, ("vit-mnist-rules",), ("vit-mnist-rules",),
+@pytest.mark.parametrize("heading, batch, seeds01, seeds23, sentence", [
+    ("## Transformers: vit-mnist", 4096,
+     {"baseline": "vit-mnist-rules", "date": "vit-mnist-rules", "paper": "vit-mnist-rules"},
      "vit-mnist-rules-seeds23", "rules tie: {d:.2f} against {p:.2f}, {dd:.2f} against {pd:.2f} "
      "from the four baselines' {b:.2f} — the default is ≥ the paper's rule by {diff:.2f} points"),
-    ("## Transformers: bert-mlm", 1024, ("bert4-batches",), ("bert4-batches", "bert4-rules"),
+    ("## Transformers: bert-mlm", 1024,  # the rules sweep copied bert4-batches' date cells
+     {"baseline": "bert4-batches", "date": "bert4-batches", "paper": "bert4-rules"},
      "bert4-rules-seeds23", "the default is below the paper's rule: {d:.2f} against {p:.2f}, "
      "{dd:.2f} against {pd:.2f} from the four baselines' {b:.2f} — the paper's rule ahead by "
      "{neg:.2f} points"),
 ])
 def test_the_transformer_rules_at_32x_over_four_seeds_are_the_sweeps_means(
-        heading, batch, baselines, rules, seeds23, sentence):
+        heading, batch, seeds01, seeds23, sentence):
     """results.md's four-seed comparison of the default and the paper's rule at 32×: the means of
-    seeds 0, 1 and of seeds 2, 3 (their own sweep), each rule's cells read from the sweep that
-    trained them (bert-mlm's rules sweep copied bert4-batches' default cells)."""
+    seeds 0, 1 (``seeds01``: the sweep that trained each scheme's cells) and of seeds 2, 3 (their
+    own sweep)."""
     from statistics import mean
 
     def cells(study: str, scheme: str) -> list[float]:
@@ -353,9 +355,8 @@ def test_the_transformer_rules_at_32x_over_four_seeds_are_the_sweeps_means(
             return [r["metric"] for r in summary["baseline"]["results"]]
         return [r["metric"] for r in _group(summary, scheme, batch)["results"]]
 
-    base = mean(cells(baselines[0], "baseline") + cells(seeds23, "baseline"))
-    default = mean(cells(rules[0], "date") + cells(seeds23, "date"))
-    paper = mean(cells(rules[-1], "paper") + cells(seeds23, "paper"))
+    base, default, paper = (mean(cells(seeds01[scheme], scheme) + cells(seeds23, scheme))
+                            for scheme in ("baseline", "date", "paper"))
     text = " ".join(_section((ROOT / "docs" / "results.md").read_text(), heading).split())
     assert sentence.format(d=default, p=paper, dd=default - base, pd=paper - base, b=base,
                            diff=default - paper, neg=paper - default).replace("-", "−") in text
@@ -420,40 +421,40 @@ def test_the_held_out_table_is_recomputed_from_the_probes_and_sweeps():
 
 
 def test_the_ptb_small_study_numbers_are_its_probe_and_sweep():
-    """results.md's ptb-small study: the baseline's seeds and mean, the target, B_hold and its miss,
-    and the probe's length, from the sweep and probe in docs/results."""
+    """results.md's ptb-small study (its section, "In short") and README: the baseline's seeds and
+    mean, the target, each batch's Δ, the hold budget at 8×, B_hold and its miss, and the probe's
+    length, from the sweeps and probe in docs/results."""
     from date_engine.forecast import HOLDING_FACTOR
     from studies.holdout import LATER
 
-    text = " ".join(_section((ROOT / "docs" / "results.md").read_text(),
-                             "### ptb-small: the default rule at 2×").split())
+    results = (ROOT / "docs" / "results.md").read_text()
+    text = " ".join(_section(results, "### ptb-small: the default rule at 2×").split())
+    short = " ".join(_section(results, "## In short").split())
+    readme = " ".join(README.split())
     summary = _sweep("[s](docs/results/sweeps/ptb-small-batches/report.md)")
     seeds = [r["metric"] for r in summary["baseline"]["results"]]
-    assert (f"mean ({seeds[0]:.2f} and {seeds[1]:.2f}: {sum(seeds) / 2:.1f}," in text)
-    assert f"the target is {1.05 * sum(seeds) / 2:.1f})" in text
+    base_mean, base_steps = sum(seeds) / 2, summary["baseline"]["steps"]
+    assert f"mean ({seeds[0]:.2f} and {seeds[1]:.2f}: {base_mean:.1f}," in text
+    assert f"the target is {1.05 * base_mean:.1f})" in text
     (ptb,) = LATER
-    probe = ptb.curves[0]
-    assert (f"B_hold is {ptb.holding_batches(HOLDING_FACTOR)[0]}**, "
-            f"{ptb.worst_miss(HOLDING_FACTOR):.2f}× the {ptb.largest_held} that held and just "
+    probe, miss = ptb.curves[0], ptb.worst_miss(HOLDING_FACTOR)
+    (holding,) = ptb.holding_batches(HOLDING_FACTOR)
+    assert (f"B_hold is {holding}**, {miss:.2f}× the {ptb.largest_held} that held and just "
             f"above the {ptb.smallest_lost} that lost (the probe: {probe.steps} steps, "
             f"{probe.epochs:.1f} epochs;") in text
     hold = _group(_sweep("[s](docs/results/sweeps/ptb-small-budgets/report.md)"), "date+hold", 160)
     steps = hold["results"][0]["steps"]
-    assert (f"({steps:,} steps, {summary['baseline']['steps'] / steps:.1f}× fewer than the "
-            f"baseline's {summary['baseline']['steps']:,})") in text
-    assert f"{hold['delta']:+.2f} ({hold['delta'] / (sum(seeds) / 2):.1%}, inside the 5%)" in text
+    assert (f"({steps:,} steps, {base_steps / steps:.1f}× fewer than the baseline's "
+            f"{base_steps:,})") in text
+    assert f"{hold['delta']:+.2f} ({hold['delta'] / base_mean:.1%}, inside the 5%)" in text
     assert (f"`--budget hold` held on the mean, {hold['delta']:+.2f} perplexity in {steps:,} "
-            "steps)") in " ".join(README.split())
+            "steps)") in readme
     deltas = [f"{_group(summary, 'date', b)['delta']:+.2f}".replace("-", "−")
               for b in (40, 80, 160)]
-    short = " ".join(_section((ROOT / "docs" / "results.md").read_text(), "## In short").split())
     assert (f"held at 2× and 4× in the baseline's epochs ({deltas[0]} and {deltas[1]} perplexity, "
-            f"below the baseline's {sum(seeds) / 2:.1f}) and lost at 8× ({deltas[2]}); the probe's "
-            f"B_hold ({ptb.holding_batches(HOLDING_FACTOR)[0]}) was "
-            f"{ptb.worst_miss(HOLDING_FACTOR):.2f}× the batch that held") in short
-    assert (f"B_hold ({ptb.holding_batches(HOLDING_FACTOR)[0]}) was "
-            f"{ptb.worst_miss(HOLDING_FACTOR):.2f}× the batch that held (2 seeds;") in " ".join(
-                README.split())
+            f"below the baseline's {base_mean:.1f}) and lost at 8× ({deltas[2]}); the probe's "
+            f"B_hold ({holding}) was {miss:.2f}× the batch that held") in short
+    assert f"B_hold ({holding}) was {miss:.2f}× the batch that held (2 seeds;" in readme
 
 
 def test_the_plateau_check_that_was_not_shipped_is_its_probes():
