@@ -472,6 +472,10 @@ MinutesOpt = Annotated[Optional[float], _opt(
 ProbeMicroOpt = Annotated[Optional[int], _opt(
     "--micro-batch", help="Samples per process per pass (default: half the baseline's batch on one "
     "process, each process's share on several: two or more gradients per step).")]
+LRCheckOpt = Annotated[bool, typer.Option(
+    "--lr-check/--no-lr-check", help="Train the probe's steps again at twice the baseline's LR: "
+    "where that does not lower the loss, the forecast expects no steps saved at a larger batch "
+    "(about doubles the probe's time).")]
 ProbeOutputOpt = Annotated[Optional[Path], _path_opt(
     "--output-dir", "-o", help="Probe folder: probe.json, probe.png and the training run "
     "(default: runs/<recipe>-probe, then -2, -3, ...).")]
@@ -482,10 +486,11 @@ ProbeOutputOpt = Annotated[Optional[Path], _path_opt(
 def probe_command(
     spec_arg: SpecArg, points: PointsOpt = DEFAULT_POINTS, share: ShareOpt = DEFAULT_SHARE,
     budget_minutes: MinutesOpt = None, nproc: NprocOpt = 1, micro_batch: ProbeMicroOpt = None,
-    overrides: SetOpt = None, output_dir: ProbeOutputOpt = None,
+    overrides: SetOpt = None, output_dir: ProbeOutputOpt = None, lr_check: LRCheckOpt = True,
 ) -> None:
-    """Measure the gradient noise scale over the first part of the baseline's training, and
-    forecast what larger batches cost: writes probe.json for date plan --probe."""
+    """Measure the gradient noise scale over the first part of the baseline's training, check
+    whether a larger LR would train it faster, and forecast what larger batches cost: writes
+    probe.json for date plan --probe."""
     with user_errors():
         from date_engine.train.probe import ProbeOptions, measuring_micro_batch, run_probe
 
@@ -495,7 +500,8 @@ def probe_command(
         measuring_micro_batch(spec.baseline.batch_size, nproc, micro_batch)  # refuse up front
         folder, resume = _probe_folder(output_dir, recipe.name, spec)
         options = ProbeOptions(share=share, points=points, max_minutes=budget_minutes,
-                               nproc=nproc, micro_batch=micro_batch, resume=resume)
+                               nproc=nproc, micro_batch=micro_batch, resume=resume,
+                               lr_check=lr_check)
         command = _command_line("probe")
     if resume:
         Console(stderr=True, highlight=False, soft_wrap=True).print(
@@ -505,7 +511,7 @@ def probe_command(
     if probe is None:
         err = Console(stderr=True, highlight=False, soft_wrap=True)
         if code in (130, 143):
-            err.print(f"stopped; the probe's training in {folder / 'run'} wrote a checkpoint. "
+            err.print(f"stopped; the probe's training in {folder} wrote a checkpoint. "
                       "Run the same command again to continue it.", markup=False)
         elif code != 2:  # after a refused input the error above is all there is to say
             err.print(f"error: the probe measured too little to fit a noise curve (see "

@@ -17,8 +17,15 @@ it was not are in docs/noise.md ("B_hold is a calibration", "Held out").
 B_noise(e) is a power law a·e^β fitted to the probe's points in log-log space, from its lowest
 point on: the noise scale can start high and fall while the model leaves its initialisation, a
 transient a power law of training progress does not describe (docs/results.md, "The noise-scale
-forecast against the sweeps"). Beyond the probed epochs the curve is extrapolated. Plain Python:
-``date plan`` imports no torch.
+forecast against the sweeps"). Beyond the probed epochs the curve is extrapolated.
+
+Where the probe's LR check found that a doubled LR does not lower the baseline's loss
+(:class:`~date_engine.probe.LRCheck`), the curve is marked ``steps_limited`` and the forecast
+takes B_noise as 0, McCandlish's limit where every step is needed whatever the batch: f = B/B0,
+the baseline's steps at any batch, and B_hold = 4/3·B0. The one study where a baseline reads so,
+a masked LM whose accuracy waits on leaving a plateau, held no larger batch in its epochs, where
+the noise scale alone put B_hold at 7.41× its batch (docs/noise.md, "The LR check"). Plain
+Python: ``date plan`` imports no torch.
 """
 
 from __future__ import annotations
@@ -38,9 +45,10 @@ HELD_OUT_MISS = 3.02
 """How far B_hold missed the largest batch that held on a study left out of the choice of its
 constant, at worst (docs/noise.md, "Held out"; a test recomputes it from studies/holdout.py)."""
 PLATEAU_MISS = 7.41
-"""How many times the baseline's batch B_hold was on bert-mlm, where no larger batch held in the
-baseline's epochs: a model whose accuracy waits on leaving a plateau needs steps the noise scale
-does not see (docs/noise.md, "Held out"; a test recomputes it)."""
+"""How many times the baseline's batch B_hold was on bert-mlm from the noise scale alone, where
+no larger batch held in the baseline's epochs: what a probe without the LR check forecasts for a
+model whose accuracy waits on leaving a plateau (docs/noise.md, "Held out"; a test recomputes
+it)."""
 _GRID = 2000  # midpoints of the integral; the integrand is smooth and bounded by B/B0
 
 
@@ -62,6 +70,11 @@ class NoiseCurve:
     """x̄, the mean log epoch of the fit's points."""
     sxx: float = 0.0
     """Σ (log e − x̄)² over the fit's points."""
+    lr_checked: bool = False
+    """The probe ran the LR check (:class:`~date_engine.probe.LRCheck`)."""
+    steps_limited: bool = False
+    """The LR check found a doubled LR no better: the forecast takes B_noise as 0 (every step
+    needed at any batch) instead of this curve."""
 
     def __call__(self, epoch: float) -> float:
         return self.a * max(epoch, 1e-9) ** self.beta
@@ -101,11 +114,17 @@ class NoiseCurve:
                    max(e for e, _ in usable), points=n, spread=spread, center=mx, sxx=sxx)
 
 
+def _costed(curve: Callable[[float], float]) -> Callable[[float], float]:
+    """The noise scale the forecast costs a batch by: the curve's, or 0 where the probe found the
+    baseline steps-limited (:attr:`NoiseCurve.steps_limited`)."""
+    return (lambda epoch: 0.0) if getattr(curve, "steps_limited", False) else curve
+
+
 def epochs_factor(curve: Callable[[float], float], batch: int, baseline_batch: int,
                   baseline_epochs: float) -> float:
     """f = E_B / E0: how many times the baseline's epochs batch ``batch`` needs to reach the
     baseline's loss (1 at the baseline's batch, below 1 for a smaller batch)."""
-    return mean_cost(curve, batch, baseline_batch, 0.0, baseline_epochs)
+    return mean_cost(_costed(curve), batch, baseline_batch, 0.0, baseline_epochs)
 
 
 def mean_cost(curve: Callable[[float], float], batch: int, baseline_batch: int, start: float,
@@ -125,6 +144,7 @@ def batch_slope(curve: Callable[[float], float], baseline_batch: int,
                 baseline_epochs: float) -> float:
     """M, the slope of f in the batch: f(B) = 1 + (B − B0)·M, M the mean over the baseline's
     epochs of 1/(B_noise(e) + B0) (the integrand of :func:`epochs_factor` is linear in B)."""
+    curve = _costed(curve)
     step = baseline_epochs / _GRID
     return sum(1.0 / (curve((i + 0.5) * step) + baseline_batch) for i in range(_GRID)) / _GRID
 
@@ -190,8 +210,9 @@ def forecast(curve: NoiseCurve, batch: int, baseline_batch: int, baseline_epochs
 
 def _holding_range(curve: NoiseCurve, baseline_batch: int,
                    baseline_epochs: float) -> dict[str, int | None]:
-    """B_hold one standard error of the fit below and above (None without a measured spread)."""
-    if math.isnan(curve.log_error(baseline_epochs)):
+    """B_hold one standard error of the fit below and above (None without a measured spread, or
+    where the forecast does not read the curve: steps-limited)."""
+    if curve.steps_limited or math.isnan(curve.log_error(baseline_epochs)):
         return {"holding_low": None, "holding_high": None}
     return {"holding_low": holding_batch(curve.shifted(-1.0), baseline_batch, baseline_epochs),
             "holding_high": holding_batch(curve.shifted(1.0), baseline_batch, baseline_epochs)}

@@ -595,6 +595,13 @@ def _forecast(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, b0: 
     d("B_noise", "forecast.noise_at_end", ahead.noise_at_end, "a · E0^β",
       f"{curve.a:.4g} · {fmt(e0)}^{curve.beta:.3g}",
       f"the probe's noise scale at the baseline's end (measured to epoch {curve.last:.3g})")
+    if curve.steps_limited:
+        d("f", "forecast.factor", ahead.factor, "B / B0", f"{fmt(batch)} / {fmt(b0)}",
+          "steps-limited: twice the LR did not lower the probe's loss (its LR check), so B_noise "
+          "is taken as 0 and every batch needs the baseline's steps")
+        d("B_hold", "forecast.holding_batch", ahead.holding_batch, "B where f = 4/3",
+          f"⌊4/3 · {fmt(b0)}⌋", "beyond it same-epoch training is expected to lose accuracy")
+        return ahead
     d("f", "forecast.factor", ahead.factor, "∫₀^E0 (B_noise(e) + B) / (B_noise(e) + B0) de / E0",
       f"B = {fmt(batch)}, B0 = {fmt(b0)}, E0 = {fmt(e0)}",
       "epochs to the baseline's loss over its epochs (McCandlish et al. 2018)")

@@ -21,21 +21,23 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from date_engine.errors import DateError
 from date_engine.forecast import NoiseCurve
 
-__all__ = ["DEFAULT_POINTS", "DEFAULT_SHARE", "PROBE_FORMAT", "NoisePoint", "Probe",
-           "baseline_identity", "probe_points"]
+__all__ = ["DEFAULT_POINTS", "DEFAULT_SHARE", "LR_CHECK_FACTOR", "PROBE_FORMAT", "LRCheck",
+           "NoisePoint", "Probe", "baseline_identity", "probe_points", "second_half_loss"]
 
 PROBE_FORMAT = 2
 DEFAULT_SHARE = 0.08
 """The share of the baseline's optimizer steps a probe trains (docs/noise.md: how much it must
 see)."""
 DEFAULT_POINTS = 8
+LR_CHECK_FACTOR = 2.0
+"""The LR check trains the probe's steps again at this multiple of the baseline's LR."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,33 @@ class NoisePoint:
     loss: float
     simple_scale: float | None = None
     """B_simple = tr(Σ)/|G|² of single steps, for comparison (docs/noise.md)."""
+
+
+@dataclass(frozen=True)
+class LRCheck:
+    """The probe's LR check: its steps trained again at ``factor`` times the baseline's LR, from
+    the same initialisation and data order. Where the larger LR does not lower the loss, the
+    baseline is at or past the LR its steps can use, and a larger batch's larger LR is not
+    expected to buy steps back (docs/noise.md, "The LR check")."""
+
+    factor: float
+    loss: float
+    """Mean training loss over the second half of the probe's steps at ``factor`` × the LR."""
+    baseline_loss: float
+    """The same mean for the probe's own run, at the baseline's LR."""
+
+    @property
+    def gains(self) -> bool:
+        """The larger LR lowered the loss."""
+        return self.loss < self.baseline_loss
+
+
+def second_half_loss(records: Sequence[dict[str, Any]], steps: int) -> float | None:
+    """The mean logged training loss of a run's metrics.jsonl records over steps (steps/2,
+    steps]; None without a record there."""
+    losses = [r["loss"] for r in records
+              if "loss" in r and steps / 2 < r.get("step", 0) <= steps]
+    return sum(losses) / len(losses) if losses else None
 
 
 def baseline_identity(spec: Any, dataset_size: int) -> dict[str, Any]:
@@ -86,6 +115,8 @@ class Probe:
     points: tuple[NoisePoint, ...]
     command: str = ""
     run_dir: str = ""
+    lr_check: LRCheck | None = None
+    """The LR check (``date probe`` runs it unless --no-lr-check; None in probes without it)."""
     format: int = PROBE_FORMAT
     curve: NoiseCurve = field(init=False)
     path: str = field(default="", compare=False)
@@ -108,6 +139,12 @@ class Probe:
             if not all(v is None or math.isfinite(v) for v in values) or point.epoch <= 0:
                 raise ValueError(f"points.{i}: every value must be a finite number, the epoch "
                                  "positive")
+        check = self.lr_check
+        if check is not None and not (
+                check.factor > 1 and all(math.isfinite(v) and v >= 0
+                                         for v in (check.loss, check.baseline_loss))):
+            raise ValueError("lr_check: factor must be above 1 and the losses finite, not "
+                             "negative")
         # the forecast reads the curve from the start of training to the baseline's end
         reach = (self.baseline_epochs / 4000, self.baseline_epochs)
         try:
@@ -118,6 +155,8 @@ class Probe:
         if not usable:
             raise ValueError("points: their noise scales fit no usable noise curve (it exceeds "
                              "1e30 samples within the baseline's epochs)")
+        if check is not None:
+            curve = replace(curve, lr_checked=True, steps_limited=not check.gains)
         object.__setattr__(self, "curve", curve)
 
     @property

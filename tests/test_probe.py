@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -10,7 +11,15 @@ import pytest
 from date_engine.errors import DateError, PlanError
 from date_engine.forecast import NoiseCurve, epochs_factor, forecast, holding_batch
 from date_engine.plan import derive_plan
-from date_engine.probe import PROBE_FORMAT, NoisePoint, Probe, probe_points
+from date_engine.probe import (
+    PROBE_FORMAT,
+    LRCheck,
+    NoisePoint,
+    Probe,
+    probe_points,
+    second_half_loss,
+)
+from date_engine.runfolder import RunFolder
 from date_engine.runplan import RunPlan
 from date_engine.spec import parse_spec
 from tests.runs import SHORT, SPEC, date
@@ -125,6 +134,54 @@ def test_budget_hold_trains_the_forecast_epochs_and_same_epochs_only_warns():
         derive_plan(_spec(budget="hold"), 4096)
 
 
+def test_a_steps_limited_baseline_is_forecast_to_need_its_steps_at_any_batch():
+    """Where the LR check found twice the LR no better, B_noise is taken as 0: f = B/B0 (the
+    baseline's steps at every batch, McCandlish's S = S_min), B_hold = 4/3·B0, whatever the
+    fitted curve says; hold trains the baseline's steps, and plan.json keeps the verdict."""
+    limited = dataclasses.replace(FLAT, lr_checked=True, steps_limited=True)
+    for batch in (64, 256, 4096):
+        assert epochs_factor(limited, batch, 128, 10) == pytest.approx(batch / 128)
+    assert holding_batch(limited, 128, 10) == 170  # ⌊128 · 4/3⌋
+    ahead = forecast(limited, 4096, 128, 10, 60000)
+    assert ahead.steps == ahead.baseline_steps and ahead.loses_at_same_epochs
+    assert ahead.holding_low is None and ahead.noise_at_end == FLAT(10)  # still shown
+    assert holding_batch(FLAT, 128, 10) > 400  # the curve alone: (1000 + 4·128)/3
+    hold = derive_plan(_spec(budget="hold"), 1024, noise_curve=limited)
+    assert hold.total_iterations == hold.baseline_iterations
+    rows = {d.symbol: d for d in hold.derivations}
+    assert rows["f"].formula == "B / B0" and "LR check" in rows["f"].note
+    saved = json.loads(json.dumps(
+        {**hold.to_dict(), "micro_batch": 1, "world_size": 1, "accumulation_steps": 1024}))
+    assert RunPlan.from_dict(saved).plan.noise_curve.steps_limited
+    # a plan written before the LR check reads as not checked
+    del saved["noise_curve"]["lr_checked"], saved["noise_curve"]["steps_limited"]
+    assert not RunPlan.from_dict(saved).plan.noise_curve.lr_checked
+
+
+def test_the_lr_check_compares_the_second_halves_and_marks_the_curve(tmp_path):
+    records = [{"step": s, "loss": 10.0 - s} for s in range(2, 11, 2)] + [{"step": 12, "eval": 1}]
+    assert second_half_loss(records, 10) == pytest.approx((4 + 2 + 0) / 3)  # steps 6, 8, 10
+    assert second_half_loss(records, 1) is None
+    points = (NoisePoint(0.25, 20.0, 1.0, 20.0, 2.0), NoisePoint(0.75, 40.0, 1.0, 40.0, 1.0))
+    base = {"baseline": {"batch_size": 16}, "baseline_epochs": 10.0, "steps": 90,
+            "baseline_steps": 900, "epochs": 1.0, "micro_batch": 4, "world_size": 1,
+            "accumulation_steps": 4, "wall_seconds": 9.0, "points": points}
+    unchecked = Probe(**base)
+    gains = Probe(**base, lr_check=LRCheck(2.0, loss=0.9, baseline_loss=1.0))
+    flat = Probe(**base, lr_check=LRCheck(2.0, loss=1.0, baseline_loss=1.0))
+    assert not unchecked.curve.lr_checked and not unchecked.curve.steps_limited
+    assert gains.curve.lr_checked and not gains.curve.steps_limited
+    assert flat.curve.steps_limited  # not lower is not faster
+    assert (gains.curve.a, gains.curve.beta) == (flat.curve.a, flat.curve.beta)
+    flat.write(tmp_path / "probe.json")
+    assert Probe.read(tmp_path / "probe.json") == flat
+    data = json.loads((tmp_path / "probe.json").read_text())
+    data["lr_check"]["factor"] = 1.0
+    (tmp_path / "probe.json").write_text(json.dumps(data))
+    with pytest.raises(DateError, match="lr_check: factor must be above 1"):
+        Probe.read(tmp_path / "probe.json")
+
+
 def test_probe_points_are_the_ratio_of_stretch_means():
     # the forecast's scale from the pairs' |G|², B_simple beside it from the single steps'
     records = [{"epoch": e, "grad_sq_pair": g, "grad_sq": 2 * g, "grad_trace": t, "loss": 1.0}
@@ -186,6 +243,17 @@ def test_date_probe_trains_a_share_of_the_baseline_and_writes_its_forecast(probe
     assert any(p.simple_scale is not None for p in probe.points)
     words = " ".join(result.stdout.split())
     assert "expected to hold accuracy at the baseline's epochs" in words and "date plan" in words
+    # the LR check: the same steps at twice the LR, from the same start, losses compared
+    check = RunFolder(folder / "lr-check")
+    assert check.read_summary().steps == probe.steps
+    assert check.read_plan().plan.peak_lr == pytest.approx(2 * RunFolder(
+        folder / "run").read_plan().plan.peak_lr)
+    assert probe.lr_check.factor == 2.0
+    assert probe.lr_check.loss == pytest.approx(second_half_loss(check.read_metrics(),
+                                                                 probe.steps))
+    assert probe.lr_check.baseline_loss == pytest.approx(
+        second_half_loss(RunFolder(folder / "run").read_metrics(), probe.steps))
+    assert probe.curve.lr_checked and "LR check: the probe's" in words
     # the folder now holds a probe: a second one into it is refused before training
     again = date("probe", SPEC, *SHORT, "-o", folder)
     assert again.returncode == 2 and "already holds a finished probe" in again.stderr
@@ -221,6 +289,33 @@ def test_an_interrupted_probe_is_continued_by_the_same_command(probed, tmp_path)
                                                               rel=0.05)
     assert "training the first" in again.stdout and "Derived" not in again.stdout
     assert "Summary" not in again.stdout
+
+
+@pytest.mark.slow
+def test_a_probe_stopped_in_its_lr_check_continues_there(probed, tmp_path):
+    """SIGTERM during the LR check leaves a checkpoint there; the same command continues the
+    check without training the probe's own run again, to the probe an uninterrupted one
+    writes."""
+    import signal
+
+    from tests.runs import finish, start
+    from tests.test_faults import logged_steps, wait_for
+
+    folder = tmp_path / "p"
+    args = ["probe", SPEC, *PROBE, "-o", folder, "--set", "train.log_every=2",
+            "--set", "train.checkpoint_every=2"]
+    first = start(*args)
+    wait_for(lambda: logged_steps(folder / "lr-check") >= 3, what="three steps of the LR check")
+    first.send_signal(signal.SIGTERM)
+    _, err = finish(first)
+    assert first.returncode == 143 and "Run the same command again to continue" in err, err
+    trained = (folder / "run" / "metrics.jsonl").read_bytes()
+    again = date(*args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (folder / "run" / "metrics.jsonl").read_bytes() == trained  # not trained again
+    got, want = Probe.read(folder / "probe.json"), Probe.read(probed[0] / "probe.json")
+    assert got.lr_check.loss == pytest.approx(want.lr_check.loss, rel=1e-5)
+    assert got.lr_check.baseline_loss == pytest.approx(want.lr_check.baseline_loss, rel=1e-5)
 
 
 @pytest.mark.slow

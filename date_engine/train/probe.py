@@ -1,9 +1,10 @@
 """``date probe``'s training: the baseline itself, for a share of its steps, split into
-micro-batches so that every step measures the gradient noise scale; then probe.json
-(:mod:`date_engine.probe`)."""
+micro-batches so that every step measures the gradient noise scale; then the LR check, the same
+steps again at twice the baseline's LR; then probe.json (:mod:`date_engine.probe`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -11,7 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from date_engine.errors import DateError
-from date_engine.probe import DEFAULT_POINTS, DEFAULT_SHARE, Probe, baseline_identity, probe_points
+from date_engine.probe import (
+    DEFAULT_POINTS,
+    DEFAULT_SHARE,
+    LR_CHECK_FACTOR,
+    LRCheck,
+    Probe,
+    baseline_identity,
+    probe_points,
+    second_half_loss,
+)
 from date_engine.runfolder import RunFolder
 from date_engine.runplan import largest_divisor, resolve_plan
 from date_engine.train.config import RunConfig
@@ -31,6 +41,8 @@ class ProbeOptions:
     micro_batch: int | None = None
     resume: bool = False
     """Continue the interrupted probe in the folder (:func:`probe_state`)."""
+    lr_check: bool = True
+    """Train the probe's steps again at LR_CHECK_FACTOR × the baseline's LR (:class:`LRCheck`)."""
 
 
 def probe_state(folder: Path, spec: Any) -> str:
@@ -88,13 +100,21 @@ def run_probe(spec_path: Path, spec: Any, recipe: Any, options: ProbeOptions, fo
         precision=spec.train.precision, measure_pairs=True, resume=options.resume,
         brief=True)
     began = time.perf_counter()
-    code = launch(config, LaunchOptions(nproc=options.nproc))
     run = RunFolder(run_dir)
+    summary = run.read_summary() if options.resume else None
+    # a probe stopped during its LR check continues there, its own run already trained
+    trained = summary is not None and summary.stopped_by in ("max-steps", "time-limit")
+    code = 0 if trained else launch(config, LaunchOptions(nproc=options.nproc))
     summary = run.read_summary()
     points = probe_points(run.read_metrics(), options.points)
     usable = [p for p in points if p.noise_scale is not None]
     if code or summary is None or len({p.epoch for p in usable}) < 2:
         return None, code or 1
+    check = None
+    if options.lr_check:
+        check, code = _lr_check(config, summary.steps, folder / "lr-check", options)
+        if code:
+            return None, code
     probe = Probe(
         baseline=baseline_identity(spec, plan.dataset_size),
         baseline_epochs=plan.total_epochs, steps=summary.steps,
@@ -102,6 +122,25 @@ def run_probe(spec_path: Path, spec: Any, recipe: Any, options: ProbeOptions, fo
         micro_batch=split.micro_batch, world_size=split.world_size,
         accumulation_steps=split.accumulation_steps,
         wall_seconds=round(summary.wall_time_s or (time.perf_counter() - began), 3),
-        points=points, command=command, run_dir=str(run_dir))
+        points=points, command=command, run_dir=str(run_dir), lr_check=check)
     probe.write(folder / "probe.json")
     return probe, 0
+
+
+def _lr_check(probed: RunConfig, steps: int, run_dir: Path,
+              options: ProbeOptions) -> tuple[LRCheck | None, int]:
+    """Train the probe's ``steps`` again into ``run_dir`` at LR_CHECK_FACTOR × the baseline's LR
+    (same seed, split and schedule; no noise measured) and compare the second halves' losses."""
+    spec = dict(probed.spec, baseline=dict(probed.spec["baseline"]))
+    spec["baseline"]["lr"] = LR_CHECK_FACTOR * spec["baseline"]["lr"]
+    config = dataclasses.replace(probed, spec=spec, output_dir=str(run_dir), max_steps=steps,
+                                 max_seconds=None, measure_noise=False, measure_pairs=False,
+                                 resume=options.resume and bool(RunFolder(run_dir).checkpoints()))
+    code = launch(config, LaunchOptions(nproc=options.nproc))
+    if code:
+        return None, code
+    checked = second_half_loss(RunFolder(run_dir).read_metrics(), steps)
+    own = second_half_loss(RunFolder(probed.output_dir).read_metrics(), steps)
+    if checked is None or own is None:  # train.log_every longer than half the probe
+        return None, 0
+    return LRCheck(LR_CHECK_FACTOR, checked, own), 0

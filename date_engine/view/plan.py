@@ -123,9 +123,12 @@ def _forecast_lines(plan: Plan) -> list[Text]:
     e0 = plan.baseline_iterations * b0 / plan.dataset_size
     curve = plan.noise_curve
     text = Text("Forecast ", style="bold")
-    text.append(f"(probe: B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}, fitted on epochs "
+    text.append("(probe: steps-limited — twice the LR did not lower its loss, so B_noise is taken "
+                "as 0 and every batch needs the baseline's steps)" if curve.steps_limited else
+                f"(probe: B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}, fitted on epochs "
                 f"{curve.first:.3g}–{curve.last:.3g} and extrapolated to {e0:.4g}, "
-                f"{e0 / curve.last:.3g}× past the probe): reaching the baseline's loss "
+                f"{e0 / curve.last:.3g}× past the probe)")
+    text.append(": reaching the baseline's loss "
                 f"at batch {b:,} takes {ahead.factor:.3g} × {e0:.4g} = {ahead.epochs:.4g} epochs, "
                 f"{ahead.steps:,} steps against the baseline's {plan.baseline_iterations:,} "
                 f"({plan.baseline_iterations / ahead.steps:.3g}× fewer); the largest batch "
@@ -258,6 +261,11 @@ def _how_sure(plan: Plan) -> Text:
     one standard error of its fit either side) and how far the fit is extrapolated."""
     ahead, curve = plan.forecast, plan.noise_curve
     e0 = plan.baseline_iterations * plan.baseline_batch / plan.dataset_size
+    if curve.steps_limited:
+        return Text("How sure: the probe's LR check, not its noise scale, sets this forecast; "
+                    "on the one study where a baseline read so, a masked LM whose accuracy waits "
+                    "on leaving a plateau, no batch above the baseline's held in its epochs "
+                    "(docs/noise.md, \"The LR check\").", style="yellow")
     reach = f"extrapolated {e0 / curve.last:.3g}× past the probe's last point"
     if ahead.holding_low is None:
         return Text(f"How sure: not measured — the fit has {curve.points or 'too few'} points, "
@@ -270,10 +278,14 @@ def _how_sure(plan: Plan) -> Text:
         + ("; that spans more than 2×, so the forecast cannot be trusted at this length of "
            "probe: a longer probe (--share) narrows it." if wide else
            f"; that is the probe's scatter only: on studies its constant was not chosen on, "
-           f"B_hold missed the largest batch that held by up to {HELD_OUT_MISS:g}×, and on a "
-           f"masked LM whose accuracy waits on a plateau it was {PLATEAU_MISS:g}× the batch "
-           "that held (docs/noise.md, \"Held out\"). It assumes the baseline trains at its best "
-           "LR: from one below it, a larger batch may hold beyond B_hold."),
+           f"B_hold missed the largest batch that held by up to {HELD_OUT_MISS:g}×"
+           + (" (docs/noise.md, \"Held out\"); the LR check found that twice the LR trains the "
+              "baseline faster, as on every study where a larger batch held." if curve.lr_checked
+              else f", and on a masked LM whose accuracy waits on a plateau it was "
+              f"{PLATEAU_MISS:g}× the batch that held, which the probe's LR check (not run for "
+              "this probe) tells apart (docs/noise.md, \"Held out\").")
+           + " It assumes the baseline trains at its best LR: from one below it, a larger batch "
+           "may hold beyond B_hold."),
         style="yellow" if wide else "")
 
 

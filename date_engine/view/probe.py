@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from date_engine.forecast import forecast, holding_batch
+from date_engine.forecast import PLATEAU_MISS, forecast, holding_batch
 from date_engine.probe import Probe
 
 __all__ = ["FORECAST_SCALES", "probe_figure", "render_probe"]
@@ -50,12 +50,34 @@ def render_probe(probe: Probe, title: str) -> Group:
         Text(f"Fit: B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g} (measured over epochs "
              f"{curve.first:.3g}–{curve.last:.3g}, extrapolated to {e0:.4g}: "
              f"B_noise({e0:.4g}) ≈ {curve(e0):,.0f})."),
+        lr_check_line(probe),
         table,
         Text(f"Largest batch expected to hold accuracy at the baseline's epochs ≈ {hold:,}: "
              "beyond it, reaching the baseline's loss is forecast to take more than a third more "
              "epochs, and same-epoch training to lose accuracy (docs/noise.md)."),
     ]
     return Group(*lines)
+
+
+def lr_check_line(probe: Probe) -> Text:
+    """What the LR check measured and what the forecast makes of it."""
+    check = probe.lr_check
+    if check is None:
+        return Text(f"LR check: not run (--no-lr-check, or no loss logged in the probe's second "
+                    f"half). Without it a baseline whose steps a larger LR cannot shorten is "
+                    f"forecast from the noise scale alone, which put B_hold at {PLATEAU_MISS:g}× "
+                    f"the batch that held on a masked LM (docs/noise.md, \"The LR check\").",
+                    style="dim")
+    said = (f"LR check: the probe's {probe.steps:,} steps again at {check.factor:g}× the LR end "
+            f"their second half at a loss of {check.loss:.4g}, against {check.baseline_loss:.4g} "
+            f"at the baseline's LR")
+    if check.gains:
+        return Text(said + ": a larger LR trains it faster, and the forecast reads the noise "
+                    "scale.")
+    return Text(said + ": a larger LR does not train it faster, so a larger batch's larger LR "
+                "is not expected to save steps. The forecast takes B_noise as 0: every batch needs "
+                "the baseline's steps (f = B/B0), and B_hold = 4/3 · B0 (docs/noise.md, \"The LR "
+                "check\").", style="yellow")
 
 
 def _scale(value: float | None) -> str:
