@@ -23,7 +23,7 @@ that was not shipped (``plateau_table``) — each what docs/noise.md or docs/res
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -549,6 +549,115 @@ def plateau_table(studies: tuple[Study, ...] = ALL_STUDIES + NOTHING_HELD) -> st
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------ the LR check
+
+
+LR_CHECK_SEEDS = (0, 1, 2)
+
+
+def lr_checked(study: Study, folder: str) -> Study:
+    """``study`` measured by the probes under docs/results/probes-lrcheck/``folder``-seed<s>:
+    ``date probe`` with its LR check, the study's own probe command, seeds 0–2."""
+    return Study(study.name, tuple(f"probes-lrcheck/{folder}-seed{s}" for s in LR_CHECK_SEEDS),
+                 study.sweeps)
+
+
+def lr_check_studies() -> list[tuple[str, Study]]:
+    """(baseline label, study) for every study with a same-epochs sweep: the seven of the
+    held-out table, vit-mnist from its LR 2e-3 baseline, and the two where nothing held."""
+    other = other_baseline_studies()[1][1]
+    rows = [("", lr_checked(s, s.name)) for s in ALL_STUDIES]
+    rows.append(("LR 2e-3", lr_checked(other, "vit-mnist-lr2e-3")))
+    rows += [("16 epochs" if "16" in s.name else "", lr_checked(s, "bert-mlm-16" if "16" in s.name
+                                                                 else "bert-mlm"))
+             for s in NOTHING_HELD]
+    return rows
+
+
+def lr_ratio(probe: Probe) -> float:
+    """The LR check's loss at twice the LR over the probe's own (below 1: the larger LR trains
+    faster)."""
+    return probe.lr_check.loss / probe.lr_check.baseline_loss
+
+
+def noise_only(study: Study, probe: Probe) -> int:
+    """B_hold at f = 4/3 from ``probe``'s noise curve alone, as a probe without the LR check."""
+    curve = replace(probe.curve, lr_checked=False, steps_limited=False)
+    return study.holding_batch(batch_slope(curve, study.baseline_batch, probe.baseline_epochs),
+                               HOLDING_FACTOR)
+
+
+def lr_check_table() -> str:
+    """docs/noise.md's table: each probe's LR check, and B_hold with and without it."""
+    lines = ["| study | baseline | data, model, optimizer | largest held (smallest lost) | "
+             "loss at 2× the LR ÷ at the LR (probe seeds 0, 1, 2) | steps-limited | B_hold, "
+             "noise scale alone; × off | B_hold with the LR check; × off |",
+             "|---|---|---|---|---|:-:|---|---|"]
+    for label, s in lr_check_studies():
+        ratios = [lr_ratio(p) for p in s.curves]
+        limited = [p.curve.steps_limited for p in s.curves]
+        alone = [noise_only(s, p) for p in s.curves]
+        flagged = "all" if all(limited) else ("none" if not any(limited) else "some")
+        lines.append(
+            f"| {s.name.split(',')[0]} | {label or 'as in results.md'} | {s.what} | "
+            f"{s.held_and_lost} | {', '.join(f'{r:.3f}' for r in ratios)} | {flagged} | "
+            f"{_batches(alone)}; {max(s.miss(h) for h in alone):.2f} | "
+            f"{_batches(s.holding_batches(HOLDING_FACTOR))}; "
+            f"{s.worst_miss(HOLDING_FACTOR):.2f} |")
+    return "\n".join(lines)
+
+
+def lr_check_summary() -> str:
+    """The sentence under :func:`lr_check_table`."""
+    rows = [s for _, s in lr_check_studies()]
+    limited = [s for s in rows if any(p.curve.steps_limited for p in s.curves)]
+    others = [s for s in rows if s not in limited]
+    flagged = sum(p.curve.steps_limited for s in limited for p in s.curves)
+    near = max(others, key=lambda s: max(lr_ratio(p) for p in s.curves))
+    near_ratios = [lr_ratio(p) for p in near.curves]
+    alone = [noise_only(s, p) for s in limited for p in s.curves]
+    held = {h for s in limited for h in s.holding_batches(HOLDING_FACTOR)}  # B_hold with it
+    within = [s for s in others if s.worst_miss(HOLDING_FACTOR) <= 2]
+    beyond = sorted((s for s in others if s not in within),
+                    key=lambda s: -s.worst_miss(HOLDING_FACTOR))
+    return (f"Twice the LR trains no faster on {flagged} of the "
+            f"{sum(len(s.curves) for s in rows)} probes: all {flagged} of bert-mlm's, from its "
+            f"{len(limited)} baselines, the only studies where no larger batch held, and none of "
+            f"the {len(others)} others' (the closest: {near.name}, "
+            f"{min(near_ratios):.3f}–{max(near_ratios):.3f}). With the check, bert-mlm's B_hold "
+            f"is {_batches(sorted(held))}, {max(s.worst_miss(HOLDING_FACTOR) for s in limited):.2f}"
+            "× "
+            f"the {limited[0].largest_held} that held and below the {limited[0].smallest_lost} "
+            f"that lost, where the noise scale alone put it at {min(alone)}–{max(alone)} (up to "
+            f"{max(s.miss(h) for s in limited for h in alone):.2f}×). The others' forecasts are "
+            f"the noise scale's, as before: within 2× of what held on {len(within)} of "
+            f"{len(others)}, and "
+            + " and ".join(f"{s.worst_miss(HOLDING_FACTOR):.2f}× on {s.name}" for s in beyond)
+            + " at their farthest probe seed.")
+
+
+def lr_ratio_sentence() -> str:
+    """Whether the size of the check's gain orders the forecast's misses where it passes: the rank
+    correlation of each study's mean ratio with its median B_hold over the largest that held."""
+    from statistics import mean, median
+
+    rows = [(mean(lr_ratio(p) for p in s.curves),
+             median(s.holding_batches(HOLDING_FACTOR)) / s.largest_held)
+            for _, s in lr_check_studies() if not any(p.curve.steps_limited for p in s.curves)]
+    rho = _spearman([r for r, _ in rows], [m for _, m in rows])
+    return (f"Over the {len(rows)} studies it passes, the rank correlation of the mean ratio with "
+            f"B_hold over the largest batch that held (median of the probe seeds) is {rho:.2f}.")
+
+
+def _spearman(xs: list[float], ys: list[float]) -> float:
+    """Spearman's rank correlation (no ties)."""
+    def ranks(values: list[float]) -> list[int]:
+        order = sorted(range(len(values)), key=values.__getitem__)
+        return [order.index(i) for i in range(len(values))]
+    n = len(xs)
+    return 1 - 6 * sum((a - b) ** 2 for a, b in zip(ranks(xs), ranks(ys))) / (n * (n * n - 1))
+
+
 if __name__ == "__main__":
     print(table())
     print()
@@ -571,3 +680,9 @@ if __name__ == "__main__":
     print(other_baselines_table())
     print()
     print(plateau_table())
+    print()
+    print(lr_check_table())
+    print()
+    print(lr_check_summary())
+    print()
+    print(lr_ratio_sentence())

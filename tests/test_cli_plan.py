@@ -232,6 +232,28 @@ def test_the_forecast_says_how_sure_it_is():
     assert "It assumes the baseline trains at its best LR" in words
 
 
+def test_the_forecast_says_what_the_lr_check_found():
+    """A probe whose LR check passed (vit-mnist) forecasts from its noise scale and says the check
+    passed; one where twice the LR trained no faster (bert-mlm) forecasts the baseline's steps at
+    any batch — f = k, B_hold = ⌊4/3 · B0⌋, hold as many steps as the baseline — and says why."""
+    results = ROOT / "docs" / "results" / "probes-lrcheck"
+    vit = (RECIPES / "vit-mnist.yaml", "--batch", 1024, "--probe",
+           results / "vit-mnist-seed0" / "probe.json")
+    words = " ".join(plan(*vit).output.split())
+    assert "the LR check found that twice the LR trains the baseline faster" in words
+    assert "plateau" not in words and "steps-limited" not in words
+    bert = (RECIPES / "bert-mlm.yaml", "--batch", 256, "--probe",
+            results / "bert-mlm-seed0" / "probe.json")
+    hold = json.loads(plan(*bert, "--budget", "hold", "--json").output)
+    assert hold["forecast"]["factor"] == pytest.approx(8)
+    assert hold["forecast"]["holding_batch"] == 42
+    assert hold["total_iterations"] == hold["baseline_iterations"]
+    words = " ".join(plan(*bert).output.split())
+    assert "(probe: steps-limited — twice the LR did not lower its loss" in words
+    assert "How sure: the probe's LR check, not its noise scale, sets this forecast" in words
+    assert "batch 256 is beyond 42" in words
+
+
 def test_the_forecast_writes_the_baseline_epochs_as_a_person_would():
     """bert-mlm's baseline steps (⌈8 · 17,493 / 32⌉ = 4,374) end at 8.0014 epochs: the forecast
     and its warning say 8.001, not 8.001372 (the derivation's table keeps every digit)."""

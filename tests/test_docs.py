@@ -476,6 +476,45 @@ def test_the_plateau_check_that_was_not_shipped_is_its_probes():
     assert f"B_hold ({holding}) is {miss:.2f}× the {ptb.largest_held} that held" in section
 
 
+def test_the_lr_check_table_is_the_stored_probes():
+    """docs/noise.md's LR check: each probe's two losses, its verdict and B_hold with and without
+    it, the sentences under the table, from docs/results/probes-lrcheck and the sweeps; and the
+    verdict is what the shipped code makes of each probe.json (the sign of the difference)."""
+    from studies.holdout import (
+        NOTHING_HELD,
+        lr_check_studies,
+        lr_check_summary,
+        lr_check_table,
+        lr_ratio,
+        lr_ratio_sentence,
+    )
+
+    section = " ".join(_section((ROOT / "docs" / "noise.md").read_text(),
+                                "### The LR check").split())
+    for text in (lr_check_table(), lr_check_summary(), lr_ratio_sentence()):
+        assert " ".join(text.split()) in section
+    for _, study in lr_check_studies():
+        assert len(study.curves) == 3
+        for probe in study.curves:
+            assert probe.curve.lr_checked
+            assert probe.curve.steps_limited == (lr_ratio(probe) >= 1)
+            # flagged exactly where no larger batch held
+            assert probe.curve.steps_limited == (study.name in {s.name for s in NOTHING_HELD})
+    # results.md's bert-mlm section quotes the ranges of the change in loss
+    rows = lr_check_studies()
+    change = {label: [lr_ratio(p) - 1 for p in s.curves] for label, s in rows
+              if s.name.startswith("bert-mlm")}
+    others = [abs(lr_ratio(p) - 1) for _, s in rows if not s.name.startswith("bert-mlm")
+              for p in s.curves]
+    text = " ".join(_section((ROOT / "docs" / "results.md").read_text(),
+                             "## Transformers: bert-mlm").split())
+    def span(values: list[float], digits: int = 1) -> str:
+        return f"{100 * min(values):.1f}–{100 * max(values):.{digits}f}%"
+
+    assert (f"is {span(change[''])} higher at 2e-3 than at 1e-3, {span(change['16 epochs'])} from "
+            f"the 16-epoch baseline; every other study's is {span(others, 0)} lower)") in text
+
+
 def test_the_probe_lengths_table_is_recomputed_from_the_long_probes():
     """docs/noise.md's table of B_hold from probes of 8%, 25% and 100% of each baseline, and the
     sentence under it, are what studies/holdout.py computes from docs/results/probes-long."""

@@ -182,6 +182,34 @@ def test_the_lr_check_compares_the_second_halves_and_marks_the_curve(tmp_path):
         Probe.read(tmp_path / "probe.json")
 
 
+def test_date_probe_prints_the_lr_check_and_its_forecast():
+    """What `date probe` prints of a probe.json: the check's two losses and verdict, and a
+    forecast table that follows it (bert-mlm's stored probe, where twice the LR trained no
+    faster: every batch loses at the baseline's epochs; the same probe unchecked: the noise
+    scale's forecast, and a pointer to the check)."""
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from date_engine.view.probe import render_probe
+
+    def shown(probe):
+        console = Console(width=200, record=True)
+        console.print(render_probe(probe, "t"))
+        return " ".join(console.export_text().split())
+
+    root = Path(__file__).resolve().parent.parent / "docs" / "results" / "probes-lrcheck"
+    probe = Probe.read(root / "bert-mlm-seed0" / "probe.json")
+    words = shown(probe)
+    assert (f"end their second half at a loss of {probe.lr_check.loss:.4g}, against "
+            f"{probe.lr_check.baseline_loss:.4g} at the baseline's LR: a larger LR does not "
+            "train it faster") in words
+    assert "holds" not in words.split("Forecast", 1)[1]  # 2× already loses
+    assert "at the baseline's epochs ≈ 42:" in words
+    unchecked = shown(dataclasses.replace(probe, lr_check=None))
+    assert "LR check: not run" in unchecked and "│ holds │" in unchecked
+
+
 def test_probe_points_are_the_ratio_of_stretch_means():
     # the forecast's scale from the pairs' |G|², B_simple beside it from the single steps'
     records = [{"epoch": e, "grad_sq_pair": g, "grad_sq": 2 * g, "grad_trace": t, "loss": 1.0}
