@@ -562,6 +562,12 @@ def lr_checked(study: Study, folder: str) -> Study:
                  study.sweeps)
 
 
+def three_seed_studies() -> tuple[Study, ...]:
+    """The held-out table's studies measured by three probe seeds each, all by the version of the
+    code that ran the LR check (the table itself keeps the probes it was first computed from)."""
+    return tuple(lr_checked(s, s.name) for s in ALL_STUDIES)
+
+
 def lr_check_studies() -> list[tuple[str, Study]]:
     """(baseline label, study) for every study with a same-epochs sweep: the seven of the
     held-out table, vit-mnist from its LR 2e-3 baseline, and the two where nothing held."""
@@ -662,6 +668,8 @@ if __name__ == "__main__":
     print(table())
     print()
     print(summary())
+    print()
+    print(summary(three_seed_studies()))
     print()
     print(nothing_held_table())
     print()
