@@ -468,7 +468,7 @@ ShareOpt = Annotated[float, typer.Option(
     "--share", min=0.001, max=1.0, help="Share of the baseline's optimizer steps to train.")]
 MinutesOpt = Annotated[Optional[float], _opt(
     "--budget-minutes", min=0.01, help="Stop after this many minutes of training, even before "
-    "--share is reached.")]
+    "--share is reached (the LR check then trains as many steps again).")]
 ProbeMicroOpt = Annotated[Optional[int], _opt(
     "--micro-batch", help="Samples per process per pass (default: half the baseline's batch on one "
     "process, each process's share on several: two or more gradients per step).")]

@@ -65,15 +65,16 @@ class LRCheck:
     expected to buy steps back (docs/noise.md, "The LR check")."""
 
     factor: float
-    loss: float
-    """Mean training loss over the second half of the probe's steps at ``factor`` × the LR."""
+    loss: float | None
+    """Mean training loss over the second half of the probe's steps at ``factor`` × the LR; None
+    where that run stopped on a non-finite loss."""
     baseline_loss: float
     """The same mean for the probe's own run, at the baseline's LR."""
 
     @property
     def gains(self) -> bool:
-        """The larger LR lowered the loss."""
-        return self.loss < self.baseline_loss
+        """The larger LR lowered the loss (a run it made diverge did not)."""
+        return self.loss is not None and self.loss < self.baseline_loss
 
 
 def second_half_loss(records: Sequence[dict[str, Any]], steps: int) -> float | None:
@@ -141,7 +142,7 @@ class Probe:
                                  "positive")
         check = self.lr_check
         if check is not None and not (
-                check.factor > 1 and all(math.isfinite(v) and v >= 0
+                check.factor > 1 and all(v is None or (math.isfinite(v) and v >= 0)
                                          for v in (check.loss, check.baseline_loss))):
             raise ValueError("lr_check: factor must be above 1 and the losses finite, not "
                              "negative")

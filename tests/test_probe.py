@@ -169,6 +169,10 @@ def test_the_lr_check_compares_the_second_halves_and_marks_the_curve(tmp_path):
     unchecked = Probe(**base)
     gains = Probe(**base, lr_check=LRCheck(2.0, loss=0.9, baseline_loss=1.0))
     flat = Probe(**base, lr_check=LRCheck(2.0, loss=1.0, baseline_loss=1.0))
+    diverged = Probe(**base, lr_check=LRCheck(2.0, loss=None, baseline_loss=1.0))
+    assert diverged.curve.steps_limited
+    diverged.write(tmp_path / "diverged.json")
+    assert Probe.read(tmp_path / "diverged.json") == diverged
     assert not unchecked.curve.lr_checked and not unchecked.curve.steps_limited
     assert gains.curve.lr_checked and not gains.curve.steps_limited
     assert flat.curve.steps_limited  # not lower is not faster
@@ -180,6 +184,41 @@ def test_the_lr_check_compares_the_second_halves_and_marks_the_curve(tmp_path):
     (tmp_path / "probe.json").write_text(json.dumps(data))
     with pytest.raises(DateError, match="lr_check: factor must be above 1"):
         Probe.read(tmp_path / "probe.json")
+
+
+def test_an_lr_check_run_that_diverges_reads_steps_limited(tmp_path, monkeypatch):
+    """The check's run trains the probe's spec at twice its LR (the probe's own config left as
+    it was); a run that stops on a non-finite loss is a larger LR that did not train faster, not
+    a failed probe; a stop by signal is passed on."""
+    from date_engine.train import probe as probing
+    from date_engine.train.config import RunConfig
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "loss": 3.0 - 0.1 * s}) + "\n" for s in range(1, 11)))
+    probed = RunConfig(spec={"baseline": {"lr": 0.1, "batch_size": 16}}, spec_path="s.yaml",
+                       recipe="r", batch=16, world_size=1, micro_batch=8, output_dir=str(run),
+                       measure_pairs=True, max_seconds=60.0)
+    asked = []
+
+    def launch(config, options):
+        asked.append(config)
+        return codes.pop(0)
+
+    monkeypatch.setattr(probing, "launch", launch)
+    codes = [3, 143]
+    check, code = probing._lr_check(probed, 10, tmp_path / "lr-check", probing.ProbeOptions())
+    assert code == 0 and check.loss is None and not check.gains
+    assert check.baseline_loss == pytest.approx(second_half_loss(
+        [{"step": s, "loss": 3.0 - 0.1 * s} for s in range(1, 11)], 10))
+    sent = asked[0]
+    assert sent.spec["baseline"]["lr"] == 0.2 and probed.spec["baseline"]["lr"] == 0.1
+    assert (sent.max_steps, sent.max_seconds, sent.measure_pairs, sent.measure_noise) == (
+        10, None, False, False)
+    assert sent.output_dir == str(tmp_path / "lr-check") and not sent.resume
+    assert probing._lr_check(probed, 10, tmp_path / "lr-check", probing.ProbeOptions()) == \
+        (None, 143)
 
 
 def test_date_probe_prints_the_lr_check_and_its_forecast():
@@ -206,6 +245,9 @@ def test_date_probe_prints_the_lr_check_and_its_forecast():
             "train it faster") in words
     assert "holds" not in words.split("Forecast", 1)[1]  # 2× already loses
     assert "at the baseline's epochs ≈ 42:" in words
+    lost = shown(dataclasses.replace(probe, lr_check=LRCheck(2.0, None, 6.0)))
+    assert "2× the LR stopped on a non-finite loss (the baseline's LR ends them at 6)" in lost
+    assert "does not train it faster" in lost
     unchecked = shown(dataclasses.replace(probe, lr_check=None))
     assert "LR check: not run" in unchecked and "│ holds │" in unchecked
 

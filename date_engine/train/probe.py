@@ -26,6 +26,7 @@ from date_engine.runfolder import RunFolder
 from date_engine.runplan import largest_divisor, resolve_plan
 from date_engine.train.config import RunConfig
 from date_engine.train.launch import LaunchOptions, launch
+from date_engine.train.trainer import EXIT_NONFINITE
 
 __all__ = ["ProbeOptions", "measuring_micro_batch", "probe_state", "run_probe"]
 
@@ -137,10 +138,12 @@ def _lr_check(probed: RunConfig, steps: int, run_dir: Path,
                                  max_seconds=None, measure_noise=False, measure_pairs=False,
                                  resume=options.resume and bool(RunFolder(run_dir).checkpoints()))
     code = launch(config, LaunchOptions(nproc=options.nproc))
+    own = second_half_loss(RunFolder(probed.output_dir).read_metrics(), steps)
+    if code == EXIT_NONFINITE and own is not None:  # twice the LR diverged: no faster
+        return LRCheck(LR_CHECK_FACTOR, None, own), 0
     if code:
         return None, code
     checked = second_half_loss(RunFolder(run_dir).read_metrics(), steps)
-    own = second_half_loss(RunFolder(probed.output_dir).read_metrics(), steps)
     if checked is None or own is None:  # train.log_every longer than half the probe
         return None, 0
     return LRCheck(LR_CHECK_FACTOR, checked, own), 0

@@ -68,9 +68,10 @@ def lr_check_line(probe: Probe) -> Text:
                     f"forecast from the noise scale alone, which put B_hold at {PLATEAU_MISS:g}× "
                     f"the batch that held on a masked LM (docs/noise.md, \"The LR check\").",
                     style="dim")
-    said = (f"LR check: the probe's {probe.steps:,} steps again at {check.factor:g}× the LR end "
-            f"their second half at a loss of {check.loss:.4g}, against {check.baseline_loss:.4g} "
-            f"at the baseline's LR")
+    said = (f"LR check: the probe's {probe.steps:,} steps again at {check.factor:g}× the LR " + (
+        f"end their second half at a loss of {check.loss:.4g}, against {check.baseline_loss:.4g} "
+        "at the baseline's LR" if check.loss is not None else
+        f"stopped on a non-finite loss (the baseline's LR ends them at {check.baseline_loss:.4g})"))
     if check.gains:
         return Text(said + ": a larger LR trains it faster, and the forecast reads the noise "
                     "scale.")
