@@ -252,6 +252,9 @@ def test_the_forecast_says_what_the_lr_check_found():
     assert "(probe: steps-limited — twice the LR did not lower its loss" in words
     assert "How sure: the probe's LR check, not its noise scale, sets this forecast" in words
     assert "batch 256 is beyond 42" in words
+    assert "but not on the one steps-limited study" in words
+    ramp = " ".join(plan(*bert, "--budget", "ramp").output.split())
+    assert "warning: the probe's LR check found the baseline steps-limited" in ramp
 
 
 def test_the_forecast_writes_the_baseline_epochs_as_a_person_would():

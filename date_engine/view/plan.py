@@ -155,7 +155,15 @@ def _forecast_lines(plan: Plan) -> list[Text]:
             f"training the baseline's {e0:.4g} epochs is expected to lose accuracy; "
             f"--budget hold trains {ahead.epochs:.4g} epochs instead; --budget ramp grows the "
             f"batch to {b:,} as the run's noise scale allows, which held accuracy with fewer "
-            "samples in our studies (docs/noise.md).", style="yellow"))
+            "samples in our studies" + (" but not on the one steps-limited study (docs/noise.md)."
+                                        if curve.steps_limited else " (docs/noise.md)."),
+            style="yellow"))
+    if plan.budget == "ramp" and curve.steps_limited:
+        lines.append(Text(
+            "warning: the probe's LR check found the baseline steps-limited, and a ramp saves "
+            "steps by training larger batches sooner: on the one study where a baseline read so "
+            "(a masked LM), the ramp did not hold accuracy (docs/noise.md, \"The LR check\").",
+            style="yellow"))
     return lines
 
 
