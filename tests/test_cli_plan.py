@@ -255,6 +255,11 @@ def test_the_forecast_says_what_the_lr_check_found():
     assert "but not on the one steps-limited study" in words
     ramp = " ".join(plan(*bert, "--budget", "ramp").output.split())
     assert "warning: the probe's LR check found the baseline steps-limited" in ramp
+    # it names what held there (k^0.75 = 8^0.75 = 4.76 here), and not once the LR is kept
+    assert "this plan raises it 4.76×" in words and "--set date.scaling=none" in words
+    kept = " ".join(plan(*bert, "--set", "date.rule=paper", "--set", "date.scaling=none",
+                         "--set", "date.warmup=constant").output.split())
+    assert "this plan raises it" not in kept and "steps-limited" in kept
 
 
 def test_the_forecast_writes_the_baseline_epochs_as_a_person_would():

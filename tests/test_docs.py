@@ -526,6 +526,33 @@ def test_the_lr_check_table_is_the_stored_probes():
             f"the 16-epoch baseline; every other study's is {span(others, 0)} lower)") in text
 
 
+def test_the_steps_limited_hold_at_2x_is_its_sweep():
+    """results.md's table of bert-mlm's hold at 2× from a steps-limited probe, with the rule's LR
+    and with the baseline's, row by row from the sweep's results.json."""
+    text = _section((ROOT / "docs" / "results.md").read_text(),
+                    "### The LR check's forecast at 2×")
+    rows = _tables(text)[0]
+    summary = _sweep(rows[0][1].replace("](results/", "](docs/results/"))
+    base = summary["baseline"]["results"]
+    assert rows[0][5] == ", ".join(f"{r['metric']:.2f}" for r in base)
+    assert rows[0][8] == ", ".join(f"{r['steps_to_target']:,}" for r in base)
+    for row, scheme in zip(rows[1:], ("date+hold", "none+hold")):
+        group = _group(summary, scheme, 64)
+        results = group["results"]
+        assert _number(row[4]) == results[0]["steps"] == base[0]["steps"]  # the baseline's steps
+        assert row[5] == ", ".join(f"{r['metric']:.2f}" for r in results)
+        assert row[6] == f"{group['delta']:+.2f}".replace("-", "−")
+        assert row[7] == ("✓" if group["holds"] else "✗")
+        reached = [r["steps_to_target"] for r in results]
+        assert row[8] == ("not reached" if not any(reached) else
+                          ", ".join(f"{s:,}" for s in reached))
+    held = _group(summary, "none+hold", 64)
+    lo, hi = sorted(r["steps_to_target"] for r in held["results"])
+    blo, bhi = sorted(r["steps_to_target"] for r in base)
+    assert (f"passed the target in {lo:,}–{hi:,} steps where the baseline took {blo:,}–{bhi:,}, "
+            f"and ended {held['delta']:.2f} points above") in " ".join(text.split())
+
+
 def test_the_probe_lengths_table_is_recomputed_from_the_long_probes():
     """docs/noise.md's table of B_hold from probes of 8%, 25% and 100% of each baseline, and the
     sentence under it, are what studies/holdout.py computes from docs/results/probes-long."""
