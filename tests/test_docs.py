@@ -536,8 +536,11 @@ def test_the_steps_limited_hold_at_2x_is_its_sweep():
     base = summary["baseline"]["results"]
     assert rows[0][5] == ", ".join(f"{r['metric']:.2f}" for r in base)
     assert rows[0][8] == ", ".join(f"{r['steps_to_target']:,}" for r in base)
-    for row, scheme in zip(rows[1:], ("date+hold", "none+hold")):
-        group = _group(summary, scheme, 64)
+    for row, (scheme, batch) in zip(rows[1:], (("date+hold", 64), ("none+hold", 64),
+                                              ("none+hold", 256))):
+        own = _sweep(row[1].replace("](results/", "](docs/results/")) if "](" in row[1] else summary
+        assert own["baseline"]["results"] == base  # the same baseline cells
+        group = _group(own, scheme, batch)
         results = group["results"]
         assert _number(row[4]) == results[0]["steps"] == base[0]["steps"]  # the baseline's steps
         assert row[5] == ", ".join(f"{r['metric']:.2f}" for r in results)
@@ -551,6 +554,13 @@ def test_the_steps_limited_hold_at_2x_is_its_sweep():
     blo, bhi = sorted(r["steps_to_target"] for r in base)
     assert (f"passed the target in {lo:,}–{hi:,} steps where the baseline took {blo:,}–{bhi:,}, "
             f"and ended {held['delta']:.2f} points above") in " ".join(text.split())
+    eight = _group(_sweep(rows[3][1].replace("](results/", "](docs/results/")), "none+hold", 256)
+    gains = f"gained {held['delta']:.2f} and {eight['delta']:.2f} points"
+    short = " ".join(_section((ROOT / "docs" / "results.md").read_text(), "## In short").split())
+    assert gains in short and gains in " ".join(README.split())
+    lo, hi = sorted(r["steps_to_target"] for r in eight["results"])
+    assert (f"eight times the batch passed it in {lo:,}–{hi:,} steps and ended "
+            f"{eight['delta']:.2f} above") in " ".join(text.split())
 
 
 def test_the_probe_lengths_table_is_recomputed_from_the_long_probes():

@@ -162,10 +162,10 @@ def _forecast_lines(plan: Plan) -> list[Text]:
         lines.append(Text(
             "note: twice the LR trains this baseline no faster, and this plan raises it "
             f"{plan.peak_lr / plan.baseline_lr:.3g}×. On the one study the check read so, the "
-            "baseline's steps at twice its batch held with the baseline's LR, warmup and "
-            "optimizer values and lost with the rule's: --set date.rule=paper --set "
+            "baseline's steps at 2× and 8× its batch held with the baseline's LR, warmup and "
+            "optimizer values, and at 2× lost with the rule's: --set date.rule=paper --set "
             "date.scaling=none --set date.warmup=constant keeps them (docs/results.md, \"The LR "
-            "check's forecast at 2×\").", style="yellow"))
+            "check's forecast at 2× and 8×\").", style="yellow"))
     if plan.budget == "ramp" and curve.steps_limited:
         lines.append(Text(
             "warning: the probe's LR check found the baseline steps-limited, and a ramp saves "
