@@ -571,13 +571,11 @@ def three_seed_studies() -> tuple[Study, ...]:
 def lr_check_studies() -> list[tuple[str, Study]]:
     """(baseline label, study) for every study with a same-epochs sweep: the seven of the
     held-out table, vit-mnist from its LR 2e-3 baseline, and the two where nothing held."""
-    other = other_baseline_studies()[1][1]
-    rows = [("", lr_checked(s, s.name)) for s in ALL_STUDIES]
-    rows.append(("LR 2e-3", lr_checked(other, "vit-mnist-lr2e-3")))
-    rows += [("16 epochs" if "16" in s.name else "", lr_checked(s, "bert-mlm-16" if "16" in s.name
-                                                                 else "bert-mlm"))
-             for s in NOTHING_HELD]
-    return rows
+    shipped, longer = NOTHING_HELD
+    return [*(("", lr_checked(s, s.name)) for s in ALL_STUDIES),
+            ("LR 2e-3", lr_checked(other_baseline_studies()[1][1], "vit-mnist-lr2e-3")),
+            ("", lr_checked(shipped, "bert-mlm")),
+            ("16 epochs", lr_checked(longer, "bert-mlm-16"))]
 
 
 def lr_ratio(probe: Probe) -> float:
