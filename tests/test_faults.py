@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from date_engine.runfolder import RunFolder
 from date_engine.train import checkpoint as ckpt
 from date_engine.train.launch import job_exit_code
 from tests.conftest import RECIPES
-from tests.runs import SHORT, SPEC, TWO, date, final_model, finish, metrics, start
+from tests.runs import ROOT, SHORT, SPEC, TWO, date, final_model, finish, metrics, start
 
 # Every test here starts `date` processes that train: the slow tier (pyproject.toml).
 pytestmark = pytest.mark.slow
@@ -230,6 +232,41 @@ def test_a_signal_to_a_two_process_run_exits_with_its_code(sig, two_processes, t
     assert resumed.returncode == 0, resumed.stderr
     a, b = final_model(two_processes), final_model(out)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+LATE_SIGNAL = """
+import os, signal, sys
+from date_engine.spec import load_spec
+from date_engine.train import trainer
+from date_engine.train.config import RunConfig
+
+finish = trainer.Trainer._finish
+def signalled_finish(self, summary):  # as a worker whose peer got the launcher's signal first
+    for name in sys.argv[2].split(","):
+        os.kill(os.getpid(), signal.Signals[name])
+    finish(self, summary)
+trainer.Trainer._finish = signalled_finish
+spec = load_spec(sys.argv[3], ["baseline.epochs=1", "baseline.warmup_epochs=0.1"])
+sys.exit(trainer.run(RunConfig(spec=spec.model_dump(mode="json", exclude_none=True),
+                               spec_path=sys.argv[3], recipe="lenet-digits", batch=16,
+                               world_size=1, micro_batch=16, output_dir=sys.argv[1])))
+"""
+
+
+@pytest.mark.parametrize("signals, code", [("SIGTERM", 143), ("SIGINT,SIGINT", 130)])
+def test_a_signal_after_the_loop_ends_is_noted_not_obeyed(tmp_path, signals, code):
+    """The launcher signals its workers one after another: one may get its signal after the job
+    agreed to stop on its peer's, in the final checkpoint or the job's last barrier. Killed
+    there, it would take its peers down in that collective (a traceback on rank 0 in CI)."""
+    out = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-c", LATE_SIGNAL, str(out), signals, SPEC],
+                            cwd=ROOT, capture_output=True, text=True, timeout=240,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == code, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    summary = RunFolder(out).read_summary()
+    assert summary.steps == summary.total_steps and summary.stopped_by is None
+    assert (out / "checkpoints" / f"step-{summary.steps:08d}.pt").exists()
 
 
 def test_the_jobs_exit_code_is_the_most_telling_workers():

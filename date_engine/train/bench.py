@@ -148,6 +148,8 @@ def measure(config: dict) -> Bench | None:
             box = torch.tensor([medians[size] for size in sizes], dtype=torch.float64)
             dist.all_reduce(box, op=dist.ReduceOp.MAX)  # the slowest process's
             reduced = list(zip(sizes, box.tolist()))
+            del wrapped  # its reducer holds the process group: gone before the group is left
+            dist.barrier()  # leave together: no process tears down while another still talks
         if not rt.is_main:
             return None
         a, c = fit_line([(float(m), s) for m, s in points])

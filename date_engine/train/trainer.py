@@ -58,9 +58,13 @@ def run(config: RunConfig) -> int:
                     parallel=config.spec.get("train", {}).get("parallel", "ddp"))
     console = (Console(stderr=config.print_json, highlight=False) if runtime.is_main
                else Console(quiet=True))
+    # SIGINT/SIGTERM are this run's until the process group is left: a signal that reaches one
+    # process after the job agreed to stop (the launcher signals its workers one after another)
+    # must not kill it in the job's last collectives, where its peers would fail with it
+    stop = _StopRequest()
     trainer = None
     try:
-        trainer = Trainer(config, runtime, console)
+        trainer = Trainer(config, runtime, console, stop)
         return trainer.run()
     except DateError as exc:
         if runtime.is_main:
@@ -76,13 +80,16 @@ def run(config: RunConfig) -> int:
         if trainer is not None:
             trainer.close()
         teardown(runtime)
+        stop.restore()
 
 
 class Trainer:
     """One process's run of ``date scale``."""
 
-    def __init__(self, config: RunConfig, runtime: Runtime, console: Console) -> None:
+    def __init__(self, config: RunConfig, runtime: Runtime, console: Console,
+                 stop: _StopRequest) -> None:
         self.config, self.rt, self.console = config, runtime, console
+        self.stop = stop
         self.spec = parse_spec(config.spec, source=config.spec_path)
         self.recipe = get_recipe(config.recipe)
         self.options = self.recipe.parse_options(self.spec.model)
@@ -143,9 +150,11 @@ class Trainer:
         self._finish(summary)
         if self.rt.distributed:
             dist.barrier()  # leave together: no process tears down while another still talks
-        if summary.stopped_by in ("SIGINT", "SIGTERM"):
-            return 128 + signal.Signals[summary.stopped_by].value
-        return 0
+        # a signal this process got after the job agreed to stop (a peer's came first) is still
+        # the job's way out: 130 / 143 on every process
+        stopped_by = summary.stopped_by if summary.stopped_by in ("SIGINT", "SIGTERM") \
+            else self.stop.signal
+        return 128 + signal.Signals[stopped_by].value if stopped_by else 0
 
     def close(self) -> None:
         """Let the next writer of the run folder in (the process's exit would too)."""
@@ -305,7 +314,7 @@ class Trainer:
               policy: ckpt.CheckpointPolicy, start: int) -> str | None:
         """Steps start+1 .. the stop. Returns what stopped them early ('SIGINT', 'SIGTERM',
         'time-limit', 'signal', 'non-finite') or None."""
-        rt, stop, self.saved, step = self.rt, _StopRequest(), start, start
+        rt, stop, self.saved, step = self.rt, self.stop, start, start
         self.rng_before = None
         self.batches = iter(self._loader(data, start))
         steps.model.train()
@@ -338,7 +347,7 @@ class Trainer:
             self._save_on_the_way_out(step, steps, log)
             raise
         finally:
-            stop.restore()
+            stop.settle()
             log.close_view()
         return None
 
@@ -450,10 +459,12 @@ class Trainer:
 
 class _StopRequest:
     """SIGINT/SIGTERM set a flag; the loop stops after the step in flight. A second SIGINT stops at
-    once."""
+    once, until :meth:`settle`: from then on (the final checkpoint, the job's last collectives)
+    signals are only noted. :meth:`restore` gives the handlers back."""
 
     def __init__(self) -> None:
         self.signal: str | None = None
+        self.settled = False
         self._previous: dict[int, Any] = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
@@ -462,13 +473,18 @@ class _StopRequest:
                 pass
 
     def _handle(self, signum, frame) -> None:
-        if self.signal is not None and signum == signal.SIGINT:
+        if self.signal is not None and signum == signal.SIGINT and not self.settled:
             raise KeyboardInterrupt
-        self.signal = signal.Signals(signum).name
+        self.signal = self.signal or signal.Signals(signum).name
+
+    def settle(self) -> None:
+        """The loop is over: no signal interrupts what is left to do."""
+        self.settled = True
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        self._previous = {}
 
 
 def _error(message: str, rt: Runtime | None = None, code: int = 2) -> int:
