@@ -221,7 +221,8 @@ def test_the_forecast_says_how_sure_it_is():
     from date_engine.forecast import HELD_OUT_MISS, PLATEAU_MISS
 
     probe = ROOT / "docs" / "results" / "probes" / "vit-mnist" / "probe.json"
-    args = (RECIPES / "vit-mnist.yaml", "--batch", 1024, "--probe", probe)
+    args = (RECIPES / "vit-mnist.yaml", "--batch", 1024, "--probe", probe,
+            "--set", "baseline.lr=1e-3")  # the recipe's LR when the probe was measured
     ahead = json.loads(plan(*args, "--json").output)["forecast"]
     assert ahead["holding_low"] < ahead["holding_batch"] < ahead["holding_high"]
     words = " ".join(plan(*args).output.split())
@@ -238,7 +239,7 @@ def test_the_forecast_says_what_the_lr_check_found():
     any batch — f = k, B_hold = ⌊4/3 · B0⌋, hold as many steps as the baseline — and says why."""
     results = ROOT / "docs" / "results" / "probes-lrcheck"
     vit = (RECIPES / "vit-mnist.yaml", "--batch", 1024, "--probe",
-           results / "vit-mnist-seed0" / "probe.json")
+           results / "vit-mnist-seed0" / "probe.json", "--set", "baseline.lr=1e-3")
     words = " ".join(plan(*vit).output.split())
     assert "the LR check found that twice the LR trains the baseline faster" in words
     assert "plateau" not in words and "steps-limited" not in words
@@ -250,6 +251,7 @@ def test_the_forecast_says_what_the_lr_check_found():
     assert hold["total_iterations"] == hold["baseline_iterations"]
     words = " ".join(plan(*bert).output.split())
     assert "(probe: steps-limited — twice the LR did not lower its loss" in words
+    assert f"against the baseline's {hold['baseline_iterations']:,} (as many)" in words
     assert "How sure: the probe's LR check, not its noise scale, sets this forecast" in words
     assert "batch 256 is beyond 42" in words
     assert "but not on the one steps-limited study" in words
@@ -269,3 +271,9 @@ def test_the_forecast_writes_the_baseline_epochs_as_a_person_would():
     out = plan(RECIPES / "bert-mlm.yaml", "--batch", 1024, "--probe", probe).output
     words = " ".join(out.split())
     assert "extrapolated to 8.001," in words and "the baseline's 8.001 epochs" in words
+
+
+def test_the_forecast_counts_steps_against_the_baselines_in_words():
+    from date_engine.view.plan import _how_many
+
+    assert [_how_many(4000, s) for s in (1000, 4001, 6000)] == ["4× fewer", "as many", "1.5× more"]

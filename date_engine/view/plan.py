@@ -131,7 +131,7 @@ def _forecast_lines(plan: Plan) -> list[Text]:
     text.append(": reaching the baseline's loss "
                 f"at batch {b:,} takes {ahead.factor:.3g} × {e0:.4g} = {ahead.epochs:.4g} epochs, "
                 f"{ahead.steps:,} steps against the baseline's {plan.baseline_iterations:,} "
-                f"({plan.baseline_iterations / ahead.steps:.3g}× fewer); the largest batch "
+                f"({_how_many(plan.baseline_iterations, ahead.steps)}); the largest batch "
                 f"expected to hold accuracy at the baseline's epochs ≈ {ahead.holding_batch:,}.")
     lines = [text, _how_sure(plan)]
     same_epochs_steps = math.ceil(plan.baseline_iterations * b0 / b)
@@ -270,6 +270,14 @@ def _sharding_lines(sharding: Sharding | None) -> list[Text]:
         lines.append(Text("The gradient noise scale is not measured under fsdp (a measured "
                           "ramp and date probe need --parallel ddp).", style="dim"))
     return lines
+
+
+def _how_many(baseline_steps: int, steps: int) -> str:
+    """``steps`` against the baseline's, in words: "4× fewer", "as many", "1.5× more"."""
+    ratio = baseline_steps / steps
+    if f"{ratio:.3g}" == "1":
+        return "as many"
+    return f"{ratio:.3g}× fewer" if ratio > 1 else f"{1 / ratio:.3g}× more"
 
 
 def _how_sure(plan: Plan) -> Text:
