@@ -34,9 +34,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["HELD_OUT_MISS", "HOLDING_FACTOR", "PLATEAU_MISS", "Forecast", "NoiseCurve",
-           "batch_at_factor", "batch_slope", "epochs_factor", "forecast", "holding_batch",
-           "mean_cost"]
+__all__ = ["HELD_OUT_MISS", "HOLDING_FACTOR", "PLATEAU_MISS", "STEPS_LIMITED_MISSES", "Forecast",
+           "NoiseCurve", "batch_at_factor", "batch_slope", "epochs_factor", "forecast",
+           "holding_batch", "mean_cost"]
 
 HOLDING_FACTOR = 4 / 3
 """f at the largest batch expected to hold accuracy at the baseline's epochs (a calibration:
@@ -45,6 +45,10 @@ HELD_OUT_MISS = 4.43
 """How far B_hold missed the largest batch that held on a study left out of the choice of its
 constant, at worst over three probe seeds a study (docs/noise.md, "Held out"; a test recomputes it
 from studies/holdout.py)."""
+STEPS_LIMITED_MISSES = (("bert-mlm", 1.31), ("vit-mnist", 1.51))
+"""How far the LR check's forecast, B_hold = ⌊4/3·B0⌋, was off the largest batch that held in the
+baseline's epochs on each study whose probes it found steps-limited, at worst over three probe
+seeds (docs/noise.md, "The LR check"; a test recomputes it)."""
 PLATEAU_MISS = 7.41
 """How many times the baseline's batch B_hold was on bert-mlm from the noise scale alone, where
 no larger batch held in the baseline's epochs: what a probe without the LR check forecasts for a

@@ -479,21 +479,27 @@ def readings_summary(studies: tuple[Study, ...] = STUDIES) -> str:
 
 
 OTHER_BASELINES = (
-    ("vit-mnist", ("LR 1e-3 (the recipe's)", "probes-preconditioned/plain/vit-mnist"),
-     ("LR 2e-3", "probes/vit-mnist-lr2e-3", "vit-mnist-lr2e-3")),
+    ("vit-mnist",
+     ("LR 1e-3 (the recipe's until 2026-11-27)", "probes-preconditioned/plain/vit-mnist"),
+     (("LR 2e-3", ("probes/vit-mnist-lr2e-3",), ("vit-mnist-lr2e-3",)),
+      ("LR 4e-3 (the recipe's)",
+       tuple(f"probes-lrcheck/vit-mnist-lr4e-3-seed{s}" for s in (0, 1, 2)),
+       ("vit-mnist-lr4e-3-small", "vit-mnist-lr4e-3-rules")))),
 )
-"""A shipped recipe's study from another baseline (``--set`` on the recipe's): the study; its own
-baseline and a probe of it measured by the same version of the code as the other's; the other
-baseline, its probe and its same-epochs sweep of the default rule."""
+"""A shipped recipe's study from other baselines (``--set`` on the recipe's): the study; the
+baseline the held-out table measured and a probe of it by the same version of the code as the
+2e-3 one's; each other baseline, its probes and its same-epochs sweeps of the default rule (the
+4e-3 baseline's probes ran the LR check)."""
 
 
 def other_baseline_studies() -> list[tuple[str, Study]]:
     """(the baseline's label, its study) for each row of :func:`other_baselines_table`: the
-    recipe's own baseline, then the other."""
+    baseline of the held-out table, then the others."""
     shipped = {s.name: s for s in STUDIES}
-    return [row for name, (own, own_probe), (other, probe, sweep) in OTHER_BASELINES
+    return [row for name, (own, own_probe), others in OTHER_BASELINES
             for row in ((own, Study(name, (own_probe,), shipped[name].sweeps)),
-                        (other, Study(name, (probe,), (sweep,))))]
+                        *((label, Study(name, probes, sweeps))
+                          for label, probes, sweeps in others))]
 
 
 def other_baselines_table() -> str:
@@ -570,12 +576,19 @@ def three_seed_studies() -> tuple[Study, ...]:
 
 def lr_check_studies() -> list[tuple[str, Study]]:
     """(baseline label, study) for every study with a same-epochs sweep: the seven of the
-    held-out table, vit-mnist from its LR 2e-3 baseline, and the two where nothing held."""
+    held-out table, vit-mnist from its LR 2e-3 and 4e-3 baselines, and the two where nothing
+    held."""
     shipped, longer = NOTHING_HELD
     return [*(("", lr_checked(s, s.name)) for s in ALL_STUDIES),
             ("LR 2e-3", lr_checked(other_baseline_studies()[1][1], "vit-mnist-lr2e-3")),
+            ("LR 4e-3", other_baseline_studies()[2][1]),  # its probes ran the check
             ("", lr_checked(shipped, "bert-mlm")),
             ("16 epochs", lr_checked(longer, "bert-mlm-16"))]
+
+
+HELD_OUT_CHECK = "LR 4e-3"
+"""The LR check's first study not measured before it was designed: vit-mnist from the baseline
+LR the recipe adopted after it (the best of four for the baseline alone)."""
 
 
 def lr_ratio(probe: Probe) -> float:
@@ -612,30 +625,38 @@ def lr_check_table() -> str:
 
 
 def lr_check_summary() -> str:
-    """The sentence under :func:`lr_check_table`."""
-    rows = [s for _, s in lr_check_studies()]
-    limited = [s for s in rows if any(p.curve.steps_limited for p in s.curves)]
-    others = [s for s in rows if s not in limited]
-    flagged = sum(p.curve.steps_limited for s in limited for p in s.curves)
+    """The sentences under :func:`lr_check_table`."""
+    rows = lr_check_studies()
+    limited = [(label, s) for label, s in rows if any(p.curve.steps_limited for p in s.curves)]
+    others = [s for _, s in rows if not any(p.curve.steps_limited for p in s.curves)]
+    flagged = sum(p.curve.steps_limited for _, s in limited for p in s.curves)
     near = max(others, key=lambda s: max(lr_ratio(p) for p in s.curves))
     near_ratios = [lr_ratio(p) for p in near.curves]
-    alone = [noise_only(s, p) for s in limited for p in s.curves]
-    held = {h for s in limited for h in s.holding_batches(HOLDING_FACTOR)}  # B_hold with it
+    bert = [s for _, s in limited if s.name.startswith("bert-mlm")]
+    (held_out,) = [s for label, s in limited if label == HELD_OUT_CHECK]
     within = [s for s in others if s.worst_miss(HOLDING_FACTOR) <= 2]
     beyond = sorted((s for s in others if s not in within),
                     key=lambda s: -s.worst_miss(HOLDING_FACTOR))
+
+    def with_and_without(s: Study) -> str:
+        alone = [noise_only(s, p) for p in s.curves]
+        return (f"B_hold is {_batches(sorted(set(s.holding_batches(HOLDING_FACTOR))))}, "
+                f"{s.worst_miss(HOLDING_FACTOR):.2f}× off the {s.largest_held} that held (the "
+                f"smallest that lost: {s.smallest_lost}), where the noise scale alone put it at "
+                f"{min(alone)}–{max(alone)} (up to {max(s.miss(h) for h in alone):.2f}×)")
+
+    ratios = [lr_ratio(p) for p in held_out.curves]
     return (f"Twice the LR trains no faster on {flagged} of the "
-            f"{sum(len(s.curves) for s in rows)} probes: all {flagged} of bert-mlm's, from its "
-            f"{len(limited)} baselines, the only studies where no larger batch held, and none of "
-            f"the {len(others)} others' (the closest: {near.name}, "
-            f"{min(near_ratios):.3f}–{max(near_ratios):.3f}). With the check, bert-mlm's B_hold "
-            f"is {_batches(sorted(held))}, {max(s.worst_miss(HOLDING_FACTOR) for s in limited):.2f}"
-            "× "
-            f"the {limited[0].largest_held} that held and below the {limited[0].smallest_lost} "
-            f"that lost, where the noise scale alone put it at {min(alone)}–{max(alone)} (up to "
-            f"{max(s.miss(h) for s in limited for h in alone):.2f}×). The others' forecasts are "
-            f"the noise scale's, as before: within 2× of what held on {len(within)} of "
-            f"{len(others)}, and "
+            f"{sum(len(s.curves) for _, s in rows)} probes: all "
+            f"{sum(len(s.curves) for s in bert)} of bert-mlm's, from its {len(bert)} baselines, "
+            f"the only studies where no larger batch held, and all {len(held_out.curves)} of "
+            f"vit-mnist's from its baseline at 4e-3 ({min(ratios):.3f}–{max(ratios):.3f}), the "
+            f"check's first held-out study, where {held_out.largest_held} held; none of the "
+            f"{len(others)} others' (the closest: {near.name}, "
+            f"{min(near_ratios):.3f}–{max(near_ratios):.3f}). On bert-mlm, with the check, "
+            f"{with_and_without(bert[0])}. On vit-mnist from 4e-3, {with_and_without(held_out)}. "
+            f"The others' forecasts are the noise scale's, as before: within 2× of what held on "
+            f"{len(within)} of {len(others)}, and "
             + " and ".join(f"{s.worst_miss(HOLDING_FACTOR):.2f}× on {s.name}" for s in beyond)
             + " at their farthest probe seed.")
 

@@ -254,7 +254,8 @@ def test_the_forecast_says_what_the_lr_check_found():
     assert f"against the baseline's {hold['baseline_iterations']:,} (as many)" in words
     assert "How sure: the probe's LR check, not its noise scale, sets this forecast" in words
     assert "batch 256 is beyond 42" in words
-    assert "but not on the one steps-limited study" in words
+    assert "of the two whose probe read steps-limited, on vit-mnist and not on bert-mlm" in words
+    assert "B_hold was 1.31× and 1.51× off the largest batch that held" in words
     ramp = " ".join(plan(*bert, "--budget", "ramp").output.split())
     assert "warning: the probe's LR check found the baseline steps-limited" in ramp
     # it names what held there (k^0.75 = 8^0.75 = 4.76 here), and not once the LR is kept

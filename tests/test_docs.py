@@ -431,6 +431,21 @@ def test_the_held_out_table_is_recomputed_from_the_probes_and_sweeps():
     assert round(max(s.worst_miss(HOLDING_FACTOR) for s in NOTHING_HELD), 2) == PLATEAU_MISS
 
 
+def test_the_lr_checks_misses_date_plan_quotes_are_the_studies():
+    """`date plan`'s "How sure" under a steps-limited probe quotes each flagged study's worst
+    miss: the LR-checked probes of bert-mlm (both baselines) and of vit-mnist at 4e-3."""
+    from date_engine.forecast import HOLDING_FACTOR, STEPS_LIMITED_MISSES
+    from studies.holdout import lr_check_studies
+
+    worst: dict[str, float] = {}
+    for _, study in lr_check_studies():
+        if any(p.curve.steps_limited for p in study.curves):
+            name = study.name.split(",")[0]
+            worst[name] = max(worst.get(name, 0), study.worst_miss(HOLDING_FACTOR))
+    assert tuple(sorted((name, round(miss, 2)) for name, miss in worst.items())) == \
+        STEPS_LIMITED_MISSES
+
+
 def test_the_ptb_small_study_numbers_are_its_probe_and_sweep():
     """results.md's ptb-small study (its section, "In short") and README: the baseline's seeds and
     mean, the target, each batch's Δ, the hold budget at 8×, B_hold and its miss, and the probe's
@@ -492,6 +507,7 @@ def test_the_lr_check_table_is_the_stored_probes():
     it, the sentences under the table, from docs/results/probes-lrcheck and the sweeps; and the
     verdict is what the shipped code makes of each probe.json (the sign of the difference)."""
     from studies.holdout import (
+        HELD_OUT_CHECK,
         NOTHING_HELD,
         lr_check_studies,
         lr_check_summary,
@@ -504,18 +520,20 @@ def test_the_lr_check_table_is_the_stored_probes():
                                 "### The LR check").split())
     for text in (lr_check_table(), lr_check_summary(), lr_ratio_sentence()):
         assert " ".join(text.split()) in section
-    for _, study in lr_check_studies():
+    for label, study in lr_check_studies():
         assert len(study.curves) == 3
         for probe in study.curves:
             assert probe.curve.lr_checked
             assert probe.curve.steps_limited == (lr_ratio(probe) >= 1)
-            # flagged exactly where no larger batch held
-            assert probe.curve.steps_limited == (study.name in {s.name for s in NOTHING_HELD})
+            # flagged where no larger batch held, and on the held-out baseline at its best LR
+            assert probe.curve.steps_limited == (
+                study.name in {s.name for s in NOTHING_HELD} or label == HELD_OUT_CHECK)
     # results.md's bert-mlm section quotes the ranges of the change in loss
     rows = lr_check_studies()
     change = {label: [lr_ratio(p) - 1 for p in s.curves] for label, s in rows
-              if s.name.startswith("bert-mlm")}
-    others = [abs(lr_ratio(p) - 1) for _, s in rows if not s.name.startswith("bert-mlm")
+              if s.name.startswith("bert-mlm") or label == HELD_OUT_CHECK}
+    others = [abs(lr_ratio(p) - 1) for label, s in rows
+              if not s.name.startswith("bert-mlm") and label != HELD_OUT_CHECK
               for p in s.curves]
     text = " ".join(_section((ROOT / "docs" / "results.md").read_text(),
                              "## Transformers: bert-mlm").split())
@@ -523,7 +541,9 @@ def test_the_lr_check_table_is_the_stored_probes():
         return f"{100 * min(values):.1f}–{100 * max(values):.{digits}f}%"
 
     assert (f"is {span(change[''])} higher at 2e-3 than at 1e-3, {span(change['16 epochs'])} from "
-            f"the 16-epoch baseline; every other study's is {span(others, 0)} lower)") in text
+            f"the 16-epoch baseline; every other study's is {span(others, 0)} lower, except "
+            f"vit-mnist's from its baseline at its best LR, {span(change[HELD_OUT_CHECK], 0)} "
+            "higher") in text
 
 
 def test_the_steps_limited_hold_at_2x_is_its_sweep():
@@ -744,3 +764,59 @@ def test_the_bert_16_epoch_baseline_numbers_are_its_files():
             f"the 8-epoch baseline's {before:.2f}") in text
     (study,) = [s for s in NOTHING_HELD if "bert4-16-batches" in s.sweeps]
     assert f"names B_hold ≈ {study.holding_batches(HOLDING_FACTOR)[0]}." in text
+
+
+def test_the_vit_baseline_lr_table_is_its_runs():
+    """results.md's vit-mnist baseline at four LRs: each row's seeds and mean from the runs'
+    summary.json, and the gain the paragraph quotes."""
+    import json
+    from statistics import mean
+
+    folder = ROOT / "docs" / "results" / "vit-mnist-baseline-lr"
+    section = _section((ROOT / "docs" / "results.md").read_text(), "## Transformers: vit-mnist")
+    (table,) = [t for t in _tables(section) if t and t[0][0] == "1e-3" and len(t[0]) == 3]
+    means = {}
+    for lr, seeds, shown in table:
+        runs = [json.loads((folder / f"lr{lr}-seed{s}" / "summary.json").read_text())
+                for s in (0, 1)]
+        assert all(r["plan"]["baseline_lr"] == float(lr) and r["steps"] == r["total_steps"]
+                   for r in runs), lr
+        assert seeds == ", ".join(f"{r['metric']:.2f}" for r in runs), lr
+        means[lr] = mean(r["metric"] for r in runs)
+        assert _number(shown) == pytest.approx(round(means[lr], 2), abs=0.006), lr
+    assert max(means, key=means.get) == "4e-3"
+    gain = round(means["4e-3"], 2) - round(means["1e-3"], 2)
+    assert f"{gain:.2f} points above 1e-3" in " ".join(section.split())
+    import yaml
+
+    recipe = yaml.safe_load((ROOT / "recipes" / "vit-mnist.yaml").read_text())
+    assert recipe["baseline"]["lr"] == 4e-3  # the recipe ships the best of the table
+
+
+def test_the_vit_study_from_its_best_lr_quotes_its_files():
+    """results.md's vit-mnist from the 4e-3 baseline: the numbers its sentences quote beside the
+    table — the tuned LAMB's cells against this baseline, the check's losses, the noise scale's
+    B_hold, the ramp's saving and the peak LRs at 32× — from the sweeps and probes."""
+    from statistics import mean
+
+    from studies.holdout import HELD_OUT_CHECK, lr_check_studies, lr_ratio, noise_only
+
+    text = " ".join(_section((ROOT / "docs" / "results.md").read_text(),
+                             "### From the baseline at 4e-3").split())
+    small = _sweep("[s](docs/results/sweeps/vit-mnist-lr4e-3-small/report.md)")
+    base = small["baseline"]["mean"]
+    lamb = _sweep("[s](docs/results/sweeps/vit-mnist-lamb-phi/report.md)")
+    eight, thirty_two = (_group(lamb, "lamb", b)["mean"] - base for b in (1024, 4096))
+    assert f"this baseline's {base:.2f}: {eight:.2f} and {thirty_two:.2f}".replace("-", "−") in text
+    (study,) = [s for label, s in lr_check_studies() if label == HELD_OUT_CHECK]
+    higher = [lr_ratio(p) - 1 for p in study.curves]
+    assert f"a {100 * min(higher):.0f}–{100 * max(higher):.0f}% higher loss" in text
+    alone = [noise_only(study, p) for p in study.curves]
+    assert f"the noise scale alone would have said {min(alone)}–{max(alone)}" in text
+    ramp = _sweep("[s](docs/results/sweeps/vit-mnist-lr4e-3-ramp/report.md)")
+    steps = [r["steps"] for r in _group(ramp, "date+ramp", 4096)["results"]]
+    assert f"{ramp['baseline']['steps'] / mean(steps):.1f}× fewer steps" in text
+    for scheme, lr, shown in (("date", 32 ** 0.75, "k^0.75·η0 = {:.2g}"),
+                              ("paper", 32 ** 0.5, "the paper's √k, {:.2g}"),
+                              ("linear", 32, "a peak LR of {:.3g}")):
+        assert shown.format(4e-3 * lr) in text, scheme

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from date_engine.catalog import step_path
-from date_engine.forecast import HELD_OUT_MISS, PLATEAU_MISS
+from date_engine.forecast import HELD_OUT_MISS, PLATEAU_MISS, STEPS_LIMITED_MISSES
 from date_engine.plan import Plan, fmt
 from date_engine.runplan import BatchSplit, RunPlan, Sharding
 from date_engine.view.chart import Series, line_chart
@@ -155,23 +155,24 @@ def _forecast_lines(plan: Plan) -> list[Text]:
             f"training the baseline's {e0:.4g} epochs is expected to lose accuracy; "
             f"--budget hold trains {ahead.epochs:.4g} epochs instead; --budget ramp grows the "
             f"batch to {b:,} as the run's noise scale allows, which held accuracy with fewer "
-            "samples in our studies" + (" but not on the one steps-limited study (docs/noise.md)."
+            "samples in our studies" + (" — of the two whose probe read steps-limited, on "
+                                        "vit-mnist and not on bert-mlm (docs/noise.md)."
                                         if curve.steps_limited else " (docs/noise.md)."),
             style="yellow"))
     if curve.steps_limited and b > b0 and plan.scaling != "none":
         lines.append(Text(
             "note: twice the LR trains this baseline no faster, and this plan raises it "
-            f"{plan.peak_lr / plan.baseline_lr:.3g}×. On the one study the check read so, the "
-            "baseline's steps at 2× and 8× its batch held with the baseline's LR, warmup and "
-            "optimizer values, and at 2× lost with the rule's: --set date.rule=paper --set "
-            "date.scaling=none --set date.warmup=constant keeps them (docs/results.md, \"The LR "
-            "check's forecast at 2× and 8×\").", style="yellow"))
+            f"{plan.peak_lr / plan.baseline_lr:.3g}×. Of the two studies the check read so, "
+            "keeping the baseline's LR, warmup and optimizer values (--set date.rule=paper --set "
+            "date.scaling=none --set date.warmup=constant) held bert-mlm at 2× and 8× its batch "
+            "in the baseline's steps where the rule's LR lost, and lost to the rule on vit-mnist "
+            "at 2× and 8× in the baseline's epochs (docs/results.md).", style="yellow"))
     if plan.budget == "ramp" and curve.steps_limited:
         lines.append(Text(
             "warning: the probe's LR check found the baseline steps-limited, and a ramp saves "
-            "steps by training larger batches sooner: on the one study where a baseline read so "
-            "(a masked LM), the ramp did not hold accuracy (docs/noise.md, \"The LR check\").",
-            style="yellow"))
+            "steps by training larger batches sooner: of the two studies where a baseline read "
+            "so, the ramp held at 32× on vit-mnist and lost on bert-mlm, a masked LM "
+            "(docs/noise.md, \"The LR check\").", style="yellow"))
     return lines
 
 
@@ -286,10 +287,13 @@ def _how_sure(plan: Plan) -> Text:
     ahead, curve = plan.forecast, plan.noise_curve
     e0 = plan.baseline_iterations * plan.baseline_batch / plan.dataset_size
     if curve.steps_limited:
+        (bert, bert_miss), (vit, vit_miss) = STEPS_LIMITED_MISSES
         return Text("How sure: the probe's LR check, not its noise scale, sets this forecast; "
-                    "on the one study where a baseline read so, a masked LM whose accuracy waits "
-                    "on leaving a plateau, no batch above the baseline's held in its epochs "
-                    "(docs/noise.md, \"The LR check\").", style="yellow")
+                    f"on the two studies where a baseline read so its B_hold was {bert_miss:g}× "
+                    f"and {vit_miss:g}× off the largest batch that held in the baseline's epochs: "
+                    f"{bert}, where none above the baseline's did, and {vit} at its best LR, "
+                    "where twice its batch did (docs/noise.md, \"The LR check\").",
+                    style="yellow")
     reach = f"extrapolated {e0 / curve.last:.3g}× past the probe's last point"
     if ahead.holding_low is None:
         return Text(f"How sure: not measured — the fit has {curve.points or 'too few'} points, "
