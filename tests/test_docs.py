@@ -820,3 +820,13 @@ def test_the_vit_study_from_its_best_lr_quotes_its_files():
                               ("paper", 32 ** 0.5, "the paper's √k, {:.2g}"),
                               ("linear", 32, "a peak LR of {:.3g}")):
         assert shown.format(4e-3 * lr) in text, scheme
+
+
+def test_bert_at_the_baselines_lr_in_its_epochs_is_set_beside_the_rule():
+    """results.md's sentence under the bert4-none-same-epochs table: what the default rule lost
+    in the same epochs at 2× and 8× (bert4-batches)."""
+    text = " ".join(_section((ROOT / "docs" / "results.md").read_text(),
+                             "## Transformers: bert-mlm").split())
+    rule = _sweep("[s](docs/results/sweeps/bert4-batches/report.md)")
+    two, eight = (f"{_group(rule, 'date', b)['delta']:.2f}".replace("-", "−") for b in (64, 256))
+    assert f"what the default rule lost in the same epochs ({two} at 2×, {eight} at 8×" in text
