@@ -492,3 +492,22 @@ def test_a_figure_not_drawn_says_why(tmp_path):
     nothing = summarize(results[2:], "accuracy", True, Tolerance.parse("1"), ["date"])
     assert sweep_figures(tmp_path, nothing, ["date"], lambda cell: None)[
         "time_to_target.png"] == "not drawn: no finished cells yet"
+
+
+def test_date_sweep_says_when_a_set_reaches_no_schemes_cells(tmp_path):
+    """Every scheme sets its own rule, LR scaling and warmup: a --set of them would change only the
+    baseline's cells (where k = 1 makes it moot), so the sweep says so instead of ignoring it."""
+    from typer.testing import CliRunner
+
+    from date_engine.cli import app
+
+    def sweep(*extra):
+        out = CliRunner().invoke(app, ["sweep", "lenet-digits", "--batches", "64", "--report-only",
+                                       "-o", str(tmp_path / "sweep"), *extra],
+                                 env={"COLUMNS": "200"})
+        assert out.exit_code == 0, out.output
+        return " ".join(out.output.split())
+
+    said = sweep("--set", "date.scaling=sqrt", "--set", "date.warmup=constant")
+    assert "date.scaling=sqrt, date.warmup=constant reaches no scheme's cells" in said
+    assert "reaches no scheme's cells" not in sweep("--set", "date.lr_floor=1e-6")

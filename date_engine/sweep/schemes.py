@@ -121,6 +121,17 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
 )}
 
 
+SCHEME_OWNED = ("rule", "scaling", "warmup")
+"""The date settings every scheme sets for itself (the rule's own, or fixed ones): a value the
+spec or ``--set`` gives them reaches no cell beyond the baseline's, where k = 1 makes it moot."""
+
+
+def unused_settings(spec: Spec) -> list[str]:
+    """``date.<key>=<value>`` for each :data:`SCHEME_OWNED` setting the spec gives explicitly."""
+    return [f"date.{key}={getattr(spec.date, key)}" for key in SCHEME_OWNED
+            if key in spec.date.model_fields_set]
+
+
 def scheme_spec(spec: Spec, scheme: Scheme, lr: float | None = None,
                 source: str = "<scheme>") -> Spec:
     """``spec`` trained the way ``scheme`` says (at grid LR ``lr`` for grid schemes)."""
