@@ -816,6 +816,10 @@ def test_the_vit_study_from_its_best_lr_quotes_its_files():
     ramp = _sweep("[s](docs/results/sweeps/vit-mnist-lr4e-3-ramp/report.md)")
     steps = [r["steps"] for r in _group(ramp, "date+ramp", 4096)["results"]]
     assert f"{ramp['baseline']['steps'] / mean(steps):.1f}× fewer steps" in text
+    sixteen = _sweep("[s](docs/results/sweeps/vit-mnist-lr4e-3-16x/report.md)")
+    default, paper = (f"{_group(sixteen, s, 2048)['delta']:.2f}".replace("-", "−")
+                      for s in ("date", "paper"))
+    assert f"the default was still ahead, {default} against the paper's {paper}" in text
     for scheme, lr, shown in (("date", 32 ** 0.75, "k^0.75·η0 = {:.2g}"),
                               ("paper", 32 ** 0.5, "the paper's √k, {:.2g}"),
                               ("linear", 32, "a peak LR of {:.3g}")):
