@@ -478,12 +478,24 @@ def readings_summary(studies: tuple[Study, ...] = STUDIES) -> str:
 # ------------------------------------------------------------- the same model, another baseline
 
 
+LR_CHECK_SEEDS = (0, 1, 2)
+
+
+def lr_check_probes(folder: str) -> tuple[str, ...]:
+    """The probe folders docs/results/probes-lrcheck/``folder``-seed<s>, seeds 0–2."""
+    return tuple(f"probes-lrcheck/{folder}-seed{s}" for s in LR_CHECK_SEEDS)
+
+
+HELD_OUT_CHECK = "LR 4e-3"
+"""The LR check's first study not measured before it was designed: vit-mnist from the baseline
+LR the recipe adopted after it (the best of four for the baseline alone)."""
+
+
 OTHER_BASELINES = (
     ("vit-mnist",
      ("LR 1e-3 (the recipe's until 2026-11-27)", "probes-preconditioned/plain/vit-mnist"),
      (("LR 2e-3", ("probes/vit-mnist-lr2e-3",), ("vit-mnist-lr2e-3",)),
-      ("LR 4e-3 (the recipe's)",
-       tuple(f"probes-lrcheck/vit-mnist-lr4e-3-seed{s}" for s in (0, 1, 2)),
+      (f"{HELD_OUT_CHECK} (the recipe's)", lr_check_probes("vit-mnist-lr4e-3"),
        ("vit-mnist-lr4e-3-small", "vit-mnist-lr4e-3-rules")))),
 )
 """A shipped recipe's study from other baselines (``--set`` on the recipe's): the study; the
@@ -558,14 +570,10 @@ def plateau_table(studies: tuple[Study, ...] = ALL_STUDIES + NOTHING_HELD) -> st
 # ------------------------------------------------------------------ the LR check
 
 
-LR_CHECK_SEEDS = (0, 1, 2)
-
-
 def lr_checked(study: Study, folder: str) -> Study:
     """``study`` measured by the probes under docs/results/probes-lrcheck/``folder``-seed<s>:
     ``date probe`` with its LR check, the study's own probe command, seeds 0–2."""
-    return Study(study.name, tuple(f"probes-lrcheck/{folder}-seed{s}" for s in LR_CHECK_SEEDS),
-                 study.sweeps)
+    return Study(study.name, lr_check_probes(folder), study.sweeps)
 
 
 def three_seed_studies() -> tuple[Study, ...]:
@@ -581,14 +589,9 @@ def lr_check_studies() -> list[tuple[str, Study]]:
     shipped, longer = NOTHING_HELD
     return [*(("", lr_checked(s, s.name)) for s in ALL_STUDIES),
             ("LR 2e-3", lr_checked(other_baseline_studies()[1][1], "vit-mnist-lr2e-3")),
-            ("LR 4e-3", other_baseline_studies()[2][1]),  # its probes ran the check
+            (HELD_OUT_CHECK, other_baseline_studies()[2][1]),  # its probes ran the check
             ("", lr_checked(shipped, "bert-mlm")),
             ("16 epochs", lr_checked(longer, "bert-mlm-16"))]
-
-
-HELD_OUT_CHECK = "LR 4e-3"
-"""The LR check's first study not measured before it was designed: vit-mnist from the baseline
-LR the recipe adopted after it (the best of four for the baseline alone)."""
 
 
 def lr_ratio(probe: Probe) -> float:

@@ -150,11 +150,9 @@ class Trainer:
         self._finish(summary)
         if self.rt.distributed:
             dist.barrier()  # leave together: no process tears down while another still talks
-        # a signal this process got after the job agreed to stop (a peer's came first) is still
-        # the job's way out: 130 / 143 on every process
-        stopped_by = summary.stopped_by if summary.stopped_by in ("SIGINT", "SIGTERM") \
-            else self.stop.signal
-        return 128 + signal.Signals[stopped_by].value if stopped_by else 0
+        # the first signal this process got, in the loop or after the job agreed to stop (a
+        # peer's came first): 130 / 143 on every process
+        return 128 + signal.Signals[self.stop.signal].value if self.stop.signal else 0
 
     def close(self) -> None:
         """Let the next writer of the run folder in (the process's exit would too)."""
