@@ -667,7 +667,7 @@ def sweep_command(
                                        parse_budgets, parse_grid_options, parse_lr_grid,
                                        parse_schemes, plan_sweep, run_sweep, sweep_forecast,
                                        sweep_time_forecast)
-        from date_engine.sweep.schemes import unused_settings
+        from date_engine.sweep.schemes import DATE_SETTABLE, given_settings, unused_settings
 
         path, spec = _spec(spec_arg, overrides)
         recipe = _recipe_to_train(path, spec, spec.recipe)
@@ -692,13 +692,16 @@ def sweep_command(
                                                   options.batches, nproc, recipe)
         if bench is not None:
             settings["time_forecast"] = sweep_time_forecast(bench, cells, recipe.name)
-        if unused := unused_settings(spec):
+        names = [s.name for s in options.schemes]
+        if taken := [s for s in given_settings(spec, DATE_SETTABLE) if "date" in names]:
+            settings["date_settings"] = taken
+        if unused := unused_settings(spec, names):
             from date_engine.view.console import note_line
 
             console.print(note_line(
-                f"{', '.join(unused)} reaches no scheme's cells: each scheme (--schemes) sets its "
-                "own rule, LR scaling and warmup; to compare settings of the default rule, train "
-                "them with date scale or as separate sweeps of other schemes."), soft_wrap=True)
+                f"{', '.join(unused)} reaches no scheme's cells: the schemes (--schemes) set their "
+                "own rule, and every one but date its own LR scaling and warmup; to compare the "
+                "default rule's settings, sweep the date scheme with them."), soft_wrap=True)
         if not report_only:
             console.print(f"date sweep: {len(cells)} cells of {recipe.name} into {root}; finished "
                           "cells are skipped, interrupted ones resumed.", soft_wrap=True,

@@ -495,8 +495,8 @@ def test_a_figure_not_drawn_says_why(tmp_path):
 
 
 def test_date_sweep_says_when_a_set_reaches_no_schemes_cells(tmp_path):
-    """Every scheme sets its own rule, LR scaling and warmup: a --set of them would change only the
-    baseline's cells (where k = 1 makes it moot), so the sweep says so instead of ignoring it."""
+    """The schemes set their own rule, and all but date their own LR scaling and warmup: a --set
+    that reaches none of the schemes asked for is said, not ignored."""
     from typer.testing import CliRunner
 
     from date_engine.cli import app
@@ -508,6 +508,36 @@ def test_date_sweep_says_when_a_set_reaches_no_schemes_cells(tmp_path):
         assert out.exit_code == 0, out.output
         return " ".join(out.output.split())
 
-    said = sweep("--set", "date.scaling=sqrt", "--set", "date.warmup=constant")
+    sets = ("--set", "date.scaling=sqrt", "--set", "date.warmup=constant")
+    said = sweep(*sets, "--schemes", "paper,linear")
     assert "date.scaling=sqrt, date.warmup=constant reaches no scheme's cells" in said
+    assert "reaches no scheme's cells" not in sweep(*sets, "--schemes", "date,paper")
+    report = (tmp_path / "sweep" / "report.md").read_text()
+    assert "here with date.scaling=sqrt, date.warmup=constant from the spec." in report
+    assert "date.rule=paper reaches no scheme's cells" in sweep("--set", "date.rule=paper")
     assert "reaches no scheme's cells" not in sweep("--set", "date.lr_floor=1e-6")
+
+
+def test_the_date_scheme_keeps_the_specs_lr_scaling_and_warmup_and_the_paper_scheme_does_not():
+    """``--set date.scaling=sqrt`` sweeps the default rule with √k: β2, ε and λ still scaled (as
+    ``date scale`` trains that spec); the paper's scheme stays the rule as printed."""
+    from date_engine.plan import derive_plan
+    from date_engine.sweep.schemes import SCHEMES, scheme_spec
+
+    raw = {"recipe": "vit-mnist", "baseline": {"batch_size": 128, "lr": 4e-3, "epochs": 10,
+                                                "warmup_epochs": 0.2,
+                                                "optimizer": {"name": "adamw",
+                                                              "weight_decay": 0.05}}}
+    given = parse_spec({**raw, "date": {"scaling": "sqrt", "warmup": "constant"}})
+
+    def plan(spec, scheme):
+        return derive_plan(scheme_spec(spec, SCHEMES[scheme]), 4096, dataset_size=60000)
+
+    default, date, paper = plan(parse_spec(raw), "date"), plan(given, "date"), plan(given, "paper")
+    assert date.peak_lr == pytest.approx(32 ** 0.5 * 4e-3) == paper.peak_lr
+    assert default.peak_lr == pytest.approx(32 ** 0.75 * 4e-3)
+    assert date.warmup_epochs == pytest.approx(0.2)
+    assert paper.warmup_epochs == default.warmup_epochs == pytest.approx(32 * 0.2)
+    assert date.optimizer.options["betas"][1] == default.optimizer.options["betas"][1] \
+        == pytest.approx(0.999 ** 32)  # the default rule's β2^k, kept under √k
+    assert paper.optimizer.options["betas"][1] == 0.999

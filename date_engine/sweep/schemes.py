@@ -5,7 +5,8 @@ mapping) and, for the schemes that have no baseline LR to scale from, a peak LR 
 
 - ``date``: what ``date scale`` does by default: the optimizer family's rule (docs/algorithm.md
   §6) — peak LR k^p·η0, the second-moment decay, ε and decoupled weight decay scaled with k —
-  LEGW warmup (k·w0 epochs), linear decay to the floor, the spec's per-layer ratios.
+  LEGW warmup (k·w0 epochs), linear decay to the floor, the spec's per-layer ratios. A
+  ``date.scaling`` or ``date.warmup`` the spec gives is kept, as ``date scale`` keeps it.
 - ``paper``: the SC'19 rule as printed: √k LR, LEGW warmup, the same decay, the spec's ratios,
   the optimizer's options unchanged (``date.rule: paper``).
 - ``linear``: linear scaling + constant-epoch warmup + the baseline's own decay, ratios off: what
@@ -48,11 +49,14 @@ class Scheme:
 
 
 def _rule(name: str) -> Callable[[Raw, float | None], Raw]:
-    """DATE with ``name``'s rule (date or paper), its own LR scaling and LEGW, the spec's ratios."""
+    """DATE with ``name``'s rule (date or paper), the spec's ratios. ``date`` is what ``date scale``
+    does with the spec, so an LR scaling or warmup the spec gives is kept (:data:`DATE_SETTABLE`);
+    ``paper`` is the rule as printed: √k and LEGW whatever the spec says."""
     def apply(raw: Raw, lr: float | None) -> Raw:
         out = _with(raw, {"date": {"rule": name}})
-        for key in ("scaling", "warmup"):  # the rule's own
-            out["date"].pop(key, None)
+        if name != "date":
+            for key in DATE_SETTABLE:
+                out["date"].pop(key, None)
         return out
 
     return apply
@@ -122,14 +126,25 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
 
 
 SCHEME_OWNED = ("rule", "scaling", "warmup")
-"""The date settings every scheme sets for itself (the rule's own, or fixed ones): a value the
-spec or ``--set`` gives them reaches no cell beyond the baseline's, where k = 1 makes it moot."""
+"""The date settings the schemes set for themselves: ``rule`` always; ``scaling`` and ``warmup``
+every scheme but ``date`` (:data:`DATE_SETTABLE`)."""
+
+DATE_SETTABLE = ("scaling", "warmup")
+"""Settings the ``date`` scheme takes from the spec when it gives them (as ``date scale`` does):
+``--set date.scaling=sqrt`` trains the default rule with the paper's LR exponent."""
 
 
-def unused_settings(spec: Spec) -> list[str]:
-    """``date.<key>=<value>`` for each :data:`SCHEME_OWNED` setting the spec gives explicitly."""
-    return [f"date.{key}={getattr(spec.date, key)}" for key in SCHEME_OWNED
+def given_settings(spec: Spec, keys: tuple[str, ...] = SCHEME_OWNED) -> list[str]:
+    """``date.<key>=<value>`` for each of ``keys`` the spec gives explicitly."""
+    return [f"date.{key}={getattr(spec.date, key)}" for key in keys
             if key in spec.date.model_fields_set]
+
+
+def unused_settings(spec: Spec, schemes: list[str]) -> list[str]:
+    """The spec's :data:`SCHEME_OWNED` settings that reach none of ``schemes``' cells (beyond the
+    baseline's, where k = 1 makes them moot)."""
+    reached = DATE_SETTABLE if "date" in schemes else ()
+    return given_settings(spec, tuple(k for k in SCHEME_OWNED if k not in reached))
 
 
 def scheme_spec(spec: Spec, scheme: Scheme, lr: float | None = None,

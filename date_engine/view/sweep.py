@@ -130,7 +130,10 @@ def _schemes(summary: SweepSummary, settings: dict[str, Any], schemes: list[str]
              f"- **baseline**: the spec as written at batch {base.batch if base else '?'}, "
              "per-layer ratios off (the small-batch run the user already has)."]
     named = [split_label(s) for s in schemes]
-    lines += [f"- **{n}**: {SCHEMES[n].summary}." for n in dict.fromkeys(n for n, _ in named)]
+    given = settings.get("date_settings") or []
+    lines += [f"- **{n}**: {SCHEMES[n].summary}"
+              + (f"; here with {', '.join(given)} from the spec" if n == "date" and given else "")
+              + "." for n in dict.fromkeys(n for n, _ in named)]
     budgets = [b for b in dict.fromkeys(b for _, b in named) if b is not None]
     lines += [f"- **+{b}**: the budget {b}: {BUDGETS[b][1]}." for b in budgets]
     if settings.get("lr_grid") and any(SCHEMES[n].uses_grid for n, _ in named):
