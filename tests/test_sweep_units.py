@@ -273,6 +273,25 @@ def test_a_cell_written_before_a_new_spec_field_is_the_same_cell(tmp_path):
         prepare_cell(tmp_path, planned)
 
 
+def test_sweeps_that_differ_in_settings_moot_at_the_baseline_batch_share_its_cells(tmp_path):
+    """At k = 1 the LR scaling, warmup and rule change nothing: a sweep with --set
+    date.scaling=sqrt trains (and finds finished) the same baseline cells as one without; a
+    baseline cell.yaml written with those keys (as before) is the same cell."""
+    plain = cells_of(BASE, "64", "date")[0]
+    given = cells_of({**BASE, "date": {"scaling": "sqrt", "warmup": "constant",
+                                       "second_moment": "fixed"}}, "64", "date")
+    assert plain.cell.scheme == given[0].cell.scheme == "baseline"
+    assert given[0].spec == plain.spec and "scaling" not in plain.spec.get("date", {})
+    assert given[1].spec["date"]["scaling"] == "sqrt"  # the date scheme's cell keeps it
+    folder = prepare_cell(tmp_path, plain)
+    text = folder.cell_spec_path.read_text()
+    older = text.replace("date:\n", "date:\n  rule: date\n  scaling: sqrt\n")
+    assert older != text
+    folder.cell_spec_path.write_text(older)
+    prepare_cell(tmp_path, plain)  # the keys an older version wrote: moot, the same cell
+    assert folder.cell_spec_path.read_text() == text
+
+
 def test_every_scheme_is_documented():
     assert set(SCHEMES) == {"date", "paper", "linear", "none", "lars", "lamb", "adam"}
     assert all(s.summary for s in SCHEMES.values())

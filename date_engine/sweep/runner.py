@@ -68,11 +68,16 @@ def prepare_cell(root: Path, planned: PlannedCell) -> RunFolder:
 
 def _same_spec(written: str, planned: PlannedCell) -> bool:
     """Whether a cell.yaml written by another version asks for the same training as ``planned``:
-    both read with this version's defaults (a field added since, at its default, is no change)."""
+    both read with this version's defaults (a field added since, at its default, is no change;
+    a baseline cell's settings that are moot at k = 1, which older versions wrote, are none)."""
     from date_engine.spec import parse_spec
+    from date_engine.sweep.schemes import BASELINE, baseline
 
     try:
-        old = parse_spec(yaml.safe_load(written), source="cell.yaml")
+        raw = yaml.safe_load(written)
+        if planned.cell.scheme == BASELINE and isinstance(raw, dict):
+            raw = baseline(raw)
+        old = parse_spec(raw, source="cell.yaml")
     except (DateError, yaml.YAMLError):
         return False
     return old == parse_spec(planned.spec, source="cell.yaml")

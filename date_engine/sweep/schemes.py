@@ -97,9 +97,18 @@ def _defaults(name: str) -> str:
     return f"momentum {defaults['momentum']:g}"
 
 
+MOOT_AT_B0 = ("rule", "scaling", "warmup", "second_moment", "weight_decay")
+"""Date settings that change nothing at k = 1 (k^p = 1, k·w0 = w0, β2^1 = β2, ε/√1, λ·1): the
+baseline cells leave them out, so sweeps that differ only in them share their baseline cells."""
+
+
 def baseline(raw: Raw) -> Raw:
-    """The baseline cell's spec: as written, without DATE's per-layer ratios."""
-    return _ratios_off(copy.deepcopy(raw))
+    """The baseline cell's spec: as written, without DATE's per-layer ratios or the settings that
+    are moot at the baseline's batch (:data:`MOOT_AT_B0`)."""
+    out = _ratios_off(copy.deepcopy(raw))
+    for key in MOOT_AT_B0:
+        out.get("date", {}).pop(key, None)
+    return out
 
 
 BASELINE = "baseline"
