@@ -344,16 +344,20 @@ _NAMED_REASONS = {"sqrt": "sqrt scaling (the paper)", "linear": "linear scaling 
                   "none": "no scaling"}
 
 
-def _peak_lr(d: _Ledger, spec: Spec, k: float) -> tuple[str, float, float]:
+def _peak_lr(d: _Ledger, spec: Spec, k: float, curve: NoiseCurve | None
+             ) -> tuple[str, float, float]:
     """η: the spec's ``date.scaling`` if it names one, else the rule's — √k for the paper's, k^p
-    with the optimizer family's p for the default rule. Returns (scaling, p, η)."""
+    with the optimizer family's p for the default rule (its steps-limited p where the probe's
+    ``curve`` reads the baseline so). Returns (scaling, p, η)."""
     eta0, date = spec.baseline.lr, spec.date
     scaling = date.scaling or ("sqrt" if date.rule == "paper" else "power")
     if scaling == "power":
         rule = entry(spec.baseline.optimizer.name).batch_rule
-        p = rule.lr_exponent
+        p, reason = rule.lr_exponent, rule.lr_reason
+        if rule.steps_limited_exponent is not None and curve is not None and curve.steps_limited:
+            p, reason = rule.steps_limited_exponent, rule.steps_limited_reason
         peak = d("η", "peak_lr", k**p * eta0, f"k^{p:g} · η0", f"{fmt(k)}^{p:g} · {eta0:.5g}",
-                 f"{spec.baseline.optimizer.family} family: {rule.lr_reason}")
+                 f"{spec.baseline.optimizer.family} family: {reason}")
         return scaling, p, peak
     p = _NAMED_EXPONENTS[scaling]
     formula, inputs = {"sqrt": ("√k · η0", f"√{fmt(k)} · {eta0:.5g}"),
@@ -435,7 +439,7 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         raise PlanError(f"the baseline would take {i0:,} optimizer steps (⌈E · n / B0⌉), more than "
                         f"{MAX_STEPS:,}; check baseline.epochs, dataset_size and batch_size.")
     k = d("k", "scale", batch / b0, "B / B0", f"{fmt(batch)} / {fmt(b0)}")
-    scaling, p, peak = _peak_lr(d, spec, k)
+    scaling, p, peak = _peak_lr(d, spec, k, noise_curve)
     warmup = date.warmup or "legw"
     total_epochs = i0 * b0 / n
     stages, ramp_samples = (
@@ -560,7 +564,7 @@ def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, n: int,
     for rung in rungs:
         scratch = _Ledger()  # the stage's values are shown in the ramp's table
         k = rung.batch / b0
-        _, p, peak = _peak_lr(scratch, spec, k)
+        _, p, peak = _peak_lr(scratch, spec, k, curve)
         options = _optimizer(scratch, spec, k, p).options
         stages.append(BatchStage(**asdict(rung), scale=k, peak_lr=peak, options=options))
     d("B_j", "ramp", [st.batch for st in stages], "B / 2^j, from the step where B_noise ≥ B_j / ρ",

@@ -126,3 +126,28 @@ def test_fixed_second_moment_keeps_the_baselines_decay_and_scales_the_rest(optim
     assert fixed.optimizer.options["eps"] == scaled.optimizer.options["eps"]
     decay = [plan.optimizer.options.get("weight_decay") for plan in (fixed, scaled)]
     assert decay[0] == decay[1]
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_a_steps_limited_probe_takes_the_adaptive_family_to_sqrt_k(name):
+    """Where the probe's LR check read the baseline steps-limited, the adaptive family's LR grows
+    as √k (everything else the rule's, λ·k^(1−p) with p = 0.5), same-epochs and in every rung of a
+    ramp; an unflagged probe leaves its k^0.75, and the other families keep their exponent."""
+    from date_engine.forecast import NoiseCurve
+
+    optimizer, p, *_ = FAMILIES[name]
+    curve = NoiseCurve(a=500.0, beta=0.0, first=0.1, last=1.0, lr_checked=True)
+    limited = NoiseCurve(**{**curve.__dict__, "steps_limited": True})
+    want = 0.5 if p == 0.75 else p
+    plans = {c: derive_plan(_spec(optimizer), 3200, noise_curve=c) for c in (None, curve, limited)}
+    assert plans[None].lr_exponent == plans[curve].lr_exponent == p
+    plan = plans[limited]
+    assert plan.lr_exponent == want and plan.peak_lr == pytest.approx(32**want * 0.01)
+    rows = {d.name: d for d in plan.derivations}
+    assert ("LR check" in rows["peak_lr"].note) == (want != p)
+    same = derive_plan(_spec(optimizer, scaling="sqrt"), 3200).optimizer.options
+    if want != p:  # the same optimizer as date.scaling=sqrt under the default rule
+        assert plan.optimizer.options == same
+    ramp = derive_plan(_spec(optimizer, budget="ramp"), 3200, noise_curve=limited)
+    assert [st.peak_lr for st in ramp.ramp] == pytest.approx(
+        [(st.batch / 100) ** want * 0.01 for st in ramp.ramp])

@@ -560,3 +560,30 @@ def test_the_date_scheme_keeps_the_specs_lr_scaling_and_warmup_and_the_paper_sch
     assert date.optimizer.options["betas"][1] == default.optimizer.options["betas"][1] \
         == pytest.approx(0.999 ** 32)  # the default rule's β2^k, kept under √k
     assert paper.optimizer.options["betas"][1] == 0.999
+
+
+def test_a_sweeps_probe_reaches_every_cell_of_the_default_rule(tmp_path):
+    """The default rule reads the probe's LR check (a steps-limited baseline takes the adaptive
+    family to √k), so `--probe` reaches every `date` cell, same-epochs ones too; the paper's
+    cells, whose rule reads no probe, are trained without it."""
+    from date_engine.probe import LRCheck, NoisePoint, Probe, baseline_identity
+
+    points = (NoisePoint(0.25, 20.0, 1.0, 20.0, 2.0), NoisePoint(0.75, 40.0, 1.0, 40.0, 1.0))
+    identity = baseline_identity(parse_spec(BASE), BASE["baseline"]["dataset_size"])
+    probe = Probe(baseline=identity, baseline_epochs=8.0, steps=90, baseline_steps=720,
+                  epochs=1.0, micro_batch=4, world_size=1, accumulation_steps=4,
+                  wall_seconds=9.0, points=points, lr_check=LRCheck(2.0, loss=1.0,
+                                                                    baseline_loss=1.0))
+    probe.write(tmp_path / "probe.json")
+    assert probe.curve.steps_limited
+
+    def exponents(probe_path):
+        options = SweepOptions(batches=[128], schemes=parse_schemes("date,paper"), repeats=1,
+                               probe=probe_path)
+        cells = plan_sweep(parse_spec(BASE), options)
+        return {c.cell.scheme: (c.spec["date"].get("probe"), c.run_plan.plan.lr_exponent)
+                for c in cells if c.cell.scheme != "baseline"}
+
+    path = str(tmp_path / "probe.json")
+    assert exponents(path) == {"date": (path, 0.5), "paper": (None, 0.5)}
+    assert exponents(None) == {"date": (None, 0.75), "paper": (None, 0.5)}

@@ -104,8 +104,9 @@ def build_cells(
     at every other batch. ``evals`` evaluations per cell are spread evenly over its steps, so that
     time-to-accuracy can be read off; about ``LOG_LINES`` training-loss lines are logged.
     With ``budgets`` each scheme runs once per budget (``date.budget``), as ``scheme+budget``;
-    hold and ramp read the probe.json at ``probe``. A ramp's evaluations are spread over the
-    fewest steps it can take (all of it at the batch), as a measured ramp may end early.
+    hold and ramp read the probe.json at ``probe``, and so does every cell of the ``date`` scheme
+    (the default rule's exponent reads the probe's LR check). A ramp's evaluations are spread over
+    the fewest steps it can take (all of it at the batch), as a measured ramp may end early.
     """
     probe = probe or spec.date.probe
     if budgets and probe is None and set(budgets) - {"same-epochs"}:
@@ -128,8 +129,10 @@ def build_cells(
                             cell_raw["baseline"]["optimizer"].update(grid_options)
                         if budget is not None:
                             cell_raw.setdefault("date", {}).update(BUDGETS[budget][0])
-                            if budget != "same-epochs":
-                                cell_raw["date"]["probe"] = probe
+                        if probe is not None and (scheme.name == "date" or budget not in
+                                                  (None, "same-epochs")):
+                            # hold and ramp read it; the default rule reads its LR check
+                            cell_raw.setdefault("date", {})["probe"] = probe
                         wanted.append((Cell(budget_label(scheme.name, budget), batch, seed, lr),
                                        cell_raw))
     planned = []
