@@ -258,8 +258,16 @@ def test_the_forecast_says_what_the_lr_check_found():
     assert "B_hold was 1.31× and 1.51× off the largest batch that held" in words
     ramp = " ".join(plan(*bert, "--budget", "ramp").output.split())
     assert "warning: the probe's LR check found the baseline steps-limited" in ramp
-    # it names what held there (k^0.75 = 8^0.75 = 4.76 here), and not once the LR is kept
-    assert "this plan raises it 4.76×" in words and "--set date.scaling=none" in words
+    # it names what held there (√k = √8 = 2.83 here: the steps-limited exponent, says why),
+    # and not once the LR is kept
+    assert "this plan raises it 2.83× (√k: the default rule's exponent for this family where " \
+        "the check reads so)" in words and "--set date.scaling=none" in words
+    rows = json.loads(plan(*bert, "--json").output)
+    assert rows["lr_exponent"] == 0.5 and rows["peak_lr"] == pytest.approx(8 ** 0.5 * 1e-3)
+    unchecked = json.loads(plan(*bert[:3], "--json").output)  # no probe: k^0.75
+    assert unchecked["peak_lr"] == pytest.approx(8 ** 0.75 * 1e-3)
+    paper = " ".join(plan(*bert, "--set", "date.rule=paper").output.split())
+    assert "this plan raises it 2.83×." in paper  # √k as the paper's rule, not the check's
     kept = " ".join(plan(*bert, "--set", "date.rule=paper", "--set", "date.scaling=none",
                          "--set", "date.warmup=constant").output.split())
     assert "this plan raises it" not in kept and "steps-limited" in kept

@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from date_engine.catalog import step_path
+from date_engine.catalog import entry, step_path
 from date_engine.forecast import HELD_OUT_MISS, PLATEAU_MISS, STEPS_LIMITED_MISSES
 from date_engine.plan import Plan, fmt
 from date_engine.runplan import BatchSplit, RunPlan, Sharding
@@ -162,7 +162,11 @@ def _forecast_lines(plan: Plan) -> list[Text]:
     if curve.steps_limited and b > b0 and plan.scaling != "none":
         lines.append(Text(
             "note: twice the LR trains this baseline no faster, and this plan raises it "
-            f"{plan.peak_lr / plan.baseline_lr:.3g}×. Of the two studies the check read so, "
+            f"{plan.peak_lr / plan.baseline_lr:.3g}×"
+            + (" (√k: the default rule's exponent for this family where the check reads so)"
+               if plan.scaling == "power" and plan.lr_exponent ==
+               entry(plan.optimizer.name).batch_rule.steps_limited_exponent else "")
+            + ". Of the two studies the check read so, "
             "keeping the baseline's LR, warmup and optimizer values (--set date.rule=paper --set "
             "date.scaling=none --set date.warmup=constant) held bert-mlm at 2× and 8× its batch "
             "in the baseline's steps where the rule's LR lost, and lost to the rule on vit-mnist "
