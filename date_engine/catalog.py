@@ -55,6 +55,7 @@ class BatchRule:
     """p where a probe's LR check reads the baseline steps-limited (twice its LR trains it no
     faster, :class:`~date_engine.probe.LRCheck`); None: ``lr_exponent`` whatever the probe."""
     steps_limited_reason: str = ""
+    """Why ``steps_limited_exponent``, in one line, with the source."""
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,8 @@ DEFAULT_LR_GRID = "1e-4,3e-4,1e-3,3e-3,1e-2"
 
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     Scheme("date", "DATE's default rule (docs/algorithm.md §6): the optimizer family's peak LR "
-                   "k^p·η0, its second-moment decay, ε and decoupled weight decay scaled with k, "
+                   "k^p·η0 (its steps-limited p where the probe's LR check fires), its "
+                   "second-moment decay, ε and decoupled weight decay scaled with k, "
                    "LEGW warmup (k·w0 epochs), linear decay to the floor, the spec's per-layer "
                    "ratios", _rule("date")),
     Scheme("paper", "the paper's rule: √k·η0, LEGW warmup (k·w0 epochs), linear decay to the "
