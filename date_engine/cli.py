@@ -76,7 +76,8 @@ SetOpt = Annotated[Optional[list[str]], _opt(
     "(repeatable).")]
 ProbeOpt = Annotated[Optional[Path], _path_opt(
     "--probe", help="probe.json from date probe of this baseline: forecast what holding its "
-    "loss costs at BATCH (sets date.probe).")]
+    "loss costs at BATCH; where its LR check fires the adaptive family's LR grows as √k "
+    "(sets date.probe).")]
 Parallel = TrainSpec.model_fields["parallel"].annotation
 ParallelOpt = Annotated[Optional[Parallel], _opt(
     "--parallel", metavar="|".join(get_args(Parallel)),
@@ -652,7 +653,8 @@ def sweep_command(
     tolerance: ToleranceOpt = "1%", evals: EvalsOpt = 10, report_only: ReportOnlyOpt = False,
     probe: Annotated[Optional[Path], _path_opt(
         "--probe", help="probe.json of the baseline: the report puts each batch's forecast beside "
-        "what its cells measured, and --budgets hold and ramp train with it.")] = None,
+        "what its cells measured, --budgets hold and ramp train with it, and the date scheme's "
+        "cells read its LR check (√k for the adaptive family where it fires).")] = None,
     budgets: BudgetsOpt = None, grid_set: GridSetOpt = None,
     bench: Annotated[Optional[Path], _path_opt(
         "--bench", help="bench.json from date bench on this machine: the report puts each "
