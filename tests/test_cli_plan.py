@@ -255,7 +255,9 @@ def test_the_forecast_says_what_the_lr_check_found():
     assert "How sure: the probe's LR check, not its noise scale, sets this forecast" in words
     assert "batch 256 is beyond 42" in words
     assert "of the two whose probe read steps-limited, on vit-mnist and not on bert-mlm" in words
-    assert "B_hold was 1.31× and 1.51× off the largest batch that held" in words
+    assert ("B_hold was 1.31× off the largest batch that held in the baseline's epochs on "
+            "bert-mlm") in words
+    assert "1.51× on vit-mnist" in words and "12.05× on lenet-mnist" in words
     ramp = " ".join(plan(*bert, "--budget", "ramp").output.split())
     assert "warning: the probe's LR check found the baseline steps-limited" in ramp
     # it names what held there (√k = √8 = 2.83 here: the steps-limited exponent, says why),

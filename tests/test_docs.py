@@ -109,6 +109,7 @@ def _group(summary: dict, scheme: str, batch: int) -> dict:
 def test_readmes_rule_table_is_what_the_plan_derives():
     """Each row of the default rule's table, at k = 16, against derive_plan."""
     from date_engine import parse_spec
+    from date_engine.forecast import NoiseCurve
     from date_engine.plan import derive_plan
 
     table = _tables(_section(README, "## The default rule is per optimizer family"))[0]
@@ -121,7 +122,17 @@ def test_readmes_rule_table_is_what_the_plan_derives():
             if name == "adamw":
                 raw["baseline"]["optimizer"]["weight_decay"] = 0.01
             plan = derive_plan(parse_spec(raw), 256)
-            assert plan.peak_lr == pytest.approx(16 ** exponents[peak] * 1e-3), name
+            plain, _, limited = peak.partition("; ")
+            assert plan.peak_lr == pytest.approx(16 ** exponents[plain] * 1e-3), name
+            if limited:  # "√k·η0 where a probe reads the baseline steps-limited"
+                curve = NoiseCurve(a=100.0, beta=0.0, first=0.1, last=1.0, lr_checked=True,
+                                   steps_limited=True)
+                checked = derive_plan(parse_spec(raw), 256, noise_curve=curve)
+                want = exponents[limited.split(" where ")[0]]
+                assert checked.peak_lr == pytest.approx(16 ** want * 1e-3), name
+                if name == "adamw":
+                    assert checked.optimizer.options["weight_decay"] == \
+                        pytest.approx(0.01 * 16 ** (1 - want))
             options = plan.optimizer.options
             if "α^k" in also and name == "rmsprop":
                 assert options["alpha"] == pytest.approx(0.99**16)
@@ -508,6 +519,7 @@ def test_the_lr_check_table_is_the_stored_probes():
     verdict is what the shipped code makes of each probe.json (the sign of the difference)."""
     from studies.holdout import (
         HELD_OUT_CHECK,
+        HOT_CHECK,
         NOTHING_HELD,
         lr_check_studies,
         lr_check_summary,
@@ -525,15 +537,17 @@ def test_the_lr_check_table_is_the_stored_probes():
         for probe in study.curves:
             assert probe.curve.lr_checked
             assert probe.curve.steps_limited == (lr_ratio(probe) >= 1)
-            # flagged where no larger batch held, and on the held-out baseline at its best LR
+            # flagged where no larger batch held, on the held-out baseline at its best LR and
+            # on the one at 8× its study's LR
             assert probe.curve.steps_limited == (
-                study.name in {s.name for s in NOTHING_HELD} or label == HELD_OUT_CHECK)
+                study.name in {s.name for s in NOTHING_HELD} or label in (HELD_OUT_CHECK,
+                                                                         HOT_CHECK))
     # results.md's bert-mlm section quotes the ranges of the change in loss
     rows = lr_check_studies()
     change = {label: [lr_ratio(p) - 1 for p in s.curves] for label, s in rows
-              if s.name.startswith("bert-mlm") or label == HELD_OUT_CHECK}
+              if s.name.startswith("bert-mlm") or label in (HELD_OUT_CHECK, HOT_CHECK)}
     others = [abs(lr_ratio(p) - 1) for label, s in rows
-              if not s.name.startswith("bert-mlm") and label != HELD_OUT_CHECK
+              if not s.name.startswith("bert-mlm") and label not in (HELD_OUT_CHECK, HOT_CHECK)
               for p in s.curves]
     text = " ".join(_section((ROOT / "docs" / "results.md").read_text(),
                              "## Transformers: bert-mlm").split())
@@ -543,6 +557,8 @@ def test_the_lr_check_table_is_the_stored_probes():
     assert (f"is {span(change[''])} higher at 2e-3 than at 1e-3, {span(change['16 epochs'])} from "
             f"the 16-epoch baseline; every other study's is {span(others, 0)} lower, except "
             f"vit-mnist's from its baseline at its best LR, {span(change[HELD_OUT_CHECK], 0)} "
+            f"higher, where 2× held, and lenet-mnist's from 8e-3, "
+            f"{100 * min(change[HOT_CHECK]):.0f}–{100 * max(change[HOT_CHECK]):.0f}% "
             "higher") in text
 
 
@@ -797,6 +813,7 @@ def test_the_vit_study_from_its_best_lr_quotes_its_files():
     """results.md's vit-mnist from the 4e-3 baseline: the numbers its sentences quote beside the
     table — the tuned LAMB's cells against this baseline, the check's losses, the noise scale's
     B_hold, the ramp's saving and the peak LRs at 32× — from the sweeps and probes."""
+    import json
     from statistics import mean
 
     from studies.holdout import HELD_OUT_CHECK, lr_check_studies, lr_ratio, noise_only
@@ -813,9 +830,20 @@ def test_the_vit_study_from_its_best_lr_quotes_its_files():
     assert f"a {100 * min(higher):.0f}–{100 * max(higher):.0f}% higher loss" in text
     alone = [noise_only(study, p) for p in study.curves]
     assert f"the noise scale alone would have said {min(alone)}–{max(alone)}" in text
-    ramp = _sweep("[s](docs/results/sweeps/vit-mnist-lr4e-3-ramp/report.md)")
-    steps = [r["steps"] for r in _group(ramp, "date+ramp", 4096)["results"]]
-    assert f"{ramp['baseline']['steps'] / mean(steps):.1f}× fewer steps" in text
+    for sweep in ("vit-mnist-lr4e-3-ramp-new", "vit-mnist-lr4e-3-ramp"):  # √k now, k^0.75 before
+        ramp = _sweep(f"[s](docs/results/sweeps/{sweep}/report.md)")
+        group = _group(ramp, "date+ramp", 4096)
+        steps = [r["steps"] for r in group["results"]]
+        assert (f"{group['delta']:+.2f} in {steps[0]:,} and {steps[1]:,} steps"
+                .replace("-", "−")) in text, sweep
+    new = _sweep("[s](docs/results/sweeps/vit-mnist-lr4e-3-ramp-new/report.md)")
+    steps = [r["steps"] for r in _group(new, "date+ramp", 4096)["results"]]
+    assert f"{new['baseline']['steps'] / mean(steps):.1f}× fewer steps" in text
+    for sweep, p in (("vit-mnist-lr4e-3-ramp-new", 0.5), ("vit-mnist-lr4e-3-ramp", 0.75)):
+        cells = json.loads((ROOT / "docs" / "results" / "sweeps" / sweep / "results.json")
+                           .read_text())["cells"]
+        peaks = [c["peak_lr"] for c in cells if c["scheme"] == "date+ramp"]
+        assert peaks == pytest.approx([4e-3 * 32 ** p] * 2), sweep  # the last rung's: which rule
     sixteen = _sweep("[s](docs/results/sweeps/vit-mnist-lr4e-3-16x/report.md)")
     default, paper = (f"{_group(sixteen, s, 2048)['delta']:.2f}".replace("-", "−")
                       for s in ("date", "paper"))
@@ -834,3 +862,127 @@ def test_bert_at_the_baselines_lr_in_its_epochs_is_set_beside_the_rule():
     rule = _sweep("[s](docs/results/sweeps/bert4-batches/report.md)")
     two, eight = (f"{_group(rule, 'date', b)['delta']:.2f}".replace("-", "−") for b in (64, 256))
     assert f"what the default rule lost in the same epochs ({two} at 2×, {eight} at 8×" in text
+
+
+def test_the_adaptive_exponent_table_is_recomputed_from_its_sweeps():
+    """results.md's k^0.75-or-√k table: each column's Δ is the mean over the sweeps its links name
+    (the paper's cells are `paper`, both exponents' `date`, each cell at its column's peak LR), the
+    LR check's verdict that of the study's three probes, the best of the row in bold, and the rule
+    the code ships is the one the table reads: √k where the check flags, k^0.75 elsewhere."""
+    import json
+    from statistics import mean
+
+    section = _section((ROOT / "docs" / "results.md").read_text(),
+                       "### The adaptive family's exponent")
+    (table,) = [t for t in _tables(section) if t and len(t[0]) == 7]
+    from date_engine.probe import Probe
+
+    wins: dict[str, list[str]] = {}
+    study = check = None
+    for name, flagged, k, *cells, links in table:
+        if flagged:  # the verdict of the study's three probes, linked by the first
+            check, first = re.match(r"\[([^\]]+)\]\(([^)]+)/probe\.json\)", flagged).groups()
+            probes = [Probe.read(ROOT / "docs" / first.replace("-seed0", f"-seed{s}") /
+                                 "probe.json") for s in (0, 1, 2)]
+            limited = {p.curve.steps_limited for p in probes}
+            assert check == {frozenset({True}): "steps-limited",
+                             frozenset({False}): "not flagged"}.get(frozenset(limited)), first
+        study = name or study
+        found = re.findall(r"\[([^\]]+)\]\(([^)]+)/report\.md\)", links)
+        deltas = {}
+        for label, cell in zip(("paper", "k^0.75", "√k"), cells):
+            paths = [path for lab, path in found if lab == label]
+            if not cell:  # not measured there
+                assert not paths, (study, k, label)
+                continue
+            sweeps = [_sweep(f"[s](docs/{path}/report.md)") for path in paths]
+            scheme = "paper" if label == "paper" else "date"
+            for path in paths:  # the cells ran the exponent their column names
+                rows = json.loads((ROOT / "docs" / path / "results.json").read_text())["cells"]
+                eta0 = next(r["peak_lr"] for r in rows if r["scheme"] == "baseline")
+                batch = int(k) * next(r["batch"] for r in rows if r["scheme"] == "baseline")
+                p = 0.75 if label == "k^0.75" else 0.5
+                peaks = [r["peak_lr"] for r in rows if r["scheme"] == scheme and
+                         r["batch"] == batch]
+                assert peaks == pytest.approx([eta0 * int(k) ** p] * len(peaks)) and peaks, \
+                    (path, label, k)
+            deltas[label] = mean(_group(s, scheme, int(k) * s["baseline"]["batch"])["delta"]
+                                 for s in sweeps)
+            assert _number(cell) == pytest.approx(round(deltas[label], 2), abs=0.006), (study, k)
+        best = max(deltas, key=deltas.get)
+        assert cells[("paper", "k^0.75", "√k").index(best)].startswith("**"), (study, k)
+        assert sum(c.startswith("**") for c in cells) == 1, (study, k)
+        if best != "paper":
+            wins.setdefault(check, []).append(best)
+    assert set(wins) == {"not flagged", "steps-limited"}
+    # k^0.75 leads on most unflagged cells, √k on most flagged ones: the rule of algorithm.md §6
+    assert wins["not flagged"].count("k^0.75") > len(wins["not flagged"]) / 2
+    assert wins["steps-limited"].count("√k") > len(wins["steps-limited"]) / 2
+    from date_engine.catalog import entry
+
+    for name in ("rmsprop", "adam", "adamw"):
+        rule = entry(name).batch_rule
+        assert (rule.lr_exponent, rule.steps_limited_exponent) == (0.75, 0.5), name
+
+
+def test_the_vit_sentences_on_the_exponent_quote_its_table():
+    """The vit-mnist section's "What changed" paragraph and the summary's bullet quote the
+    exponent table's vit-mnist rows (from 4e-3), recomputed above from the sweeps."""
+    results = (ROOT / "docs" / "results.md").read_text()
+    (table,) = [t for t in _tables(_section(results, "### The adaptive family's exponent"))
+                if t and len(t[0]) == 7]
+    rows, study = {}, None
+    for name, _, k, paper, k075, sqrt, _ in table:
+        study = name or study
+        if study.startswith("vit-mnist (AdamW), from 4e-3"):
+            rows[int(k)] = [c.strip("*") for c in (paper, k075, sqrt)]
+    changed = " ".join(_section(results, "### From the baseline at 4e-3").split())
+    sqrt = {k: row[2] for k, row in rows.items()}
+    assert (f"{sqrt[2]} at 2×, {sqrt[4]} at 4×, {sqrt[8]} at 8×, {sqrt[16]} at 16× and "
+            f"{sqrt[32]} at 32× over four seeds (the paper's rule {rows[32][0]}, k^0.75 "
+            f"{rows[32][1]} over the same four)") in changed
+    short = " ".join(_section(results, "## In short").split())
+    assert (f"({sqrt[16]} at 16× against k^0.75's {rows[16][1]}, {sqrt[32]} at 32× over four "
+            f"seeds against the paper's {rows[32][0]};") in short
+    readme = " ".join(README.split())
+    assert f"{sqrt[32]} over four against the paper's {rows[32][0]}" in readme
+
+
+def test_what_the_exponent_table_says_is_its_numbers():
+    """The bullets under the exponent table: the margins, the unflagged probes' check ratios, the
+    diverging LRs and the 32× variants of vit-mnist's rule, from the table and its files."""
+    from date_engine.probe import Probe
+
+    results = (ROOT / "docs" / "results.md").read_text()
+    section = _section(results, "### The adaptive family's exponent")
+    text = " ".join(section.split())
+    (table,) = [t for t in _tables(section) if t and len(t[0]) == 7]
+    rows, study = {}, None
+    for name, _, k, *cells, _ in table:
+        study = name or study
+        rows[study, int(k)] = [_number(c.strip("*")) if c else None for c in cells]
+
+    def row(name: str, k: int) -> list[float]:
+        return rows[next(s for s, _ in rows if s.startswith(name)), k]
+
+    fashion = [row("fashion-lenet", k)[1] - row("fashion-lenet", k)[2] for k in (8, 16, 32)]
+    assert f"at every k by {min(fashion):.1f} to {max(fashion):.1f} points" in text
+    assert f"the three within {max(row('lenet-mnist', 8)) - min(row('lenet-mnist', 8)):.2f}" \
+        in text
+    two = row("vit-mnist (AdamW), from 4e-3", 2)
+    assert f"at 2× the three are within {max(two) - min(two):.1f}" in text
+    ratios = [p.lr_check.loss / p.lr_check.baseline_loss for name in
+              ("lenet-mnist", "lstm-mnist-adam", "fashion-lenet") for s in (0, 1, 2)
+              for p in [Probe.read(ROOT / "docs" / "results" / "probes-lrcheck" /
+                                   f"{name}-seed{s}" / "probe.json")]]
+    assert f"twice the LR ends {100 * (1 - max(ratios)):.0f}–{100 * (1 - min(ratios)):.0f}% " \
+        "lower" in text
+    assert f"RMSprop at {8e-3 * 16 ** 0.75:.3f} and {8e-3 * 32 ** 0.75:.3f}" in text
+    assert f"λ·√k = {0.05 * 32 ** 0.5:.2f}" in text
+    for sweep, shown in (("vit-mnist-lr4e-3-sqrt-decay-fixed", "it reaches {}"),
+                         ("vit-mnist-lr4e-3-probe-rules", "ahead of the paper's {}"),
+                         ("vit-mnist-lr4e-3-sqrt-beta2-fixed", "with β2 kept at 0.999, {}")):
+        summary = _sweep(f"[s](docs/results/sweeps/{sweep}/report.md)")
+        scheme = "paper" if "paper's" in shown else "date"
+        delta = f"{_group(summary, scheme, 4096)['delta']:.2f}".replace("-", "−")
+        assert shown.format(delta) in text, sweep

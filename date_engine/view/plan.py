@@ -291,12 +291,15 @@ def _how_sure(plan: Plan) -> Text:
     ahead, curve = plan.forecast, plan.noise_curve
     e0 = plan.baseline_iterations * plan.baseline_batch / plan.dataset_size
     if curve.steps_limited:
-        (bert, bert_miss), (vit, vit_miss) = STEPS_LIMITED_MISSES
+        misses = dict(STEPS_LIMITED_MISSES)
         return Text("How sure: the probe's LR check, not its noise scale, sets this forecast; "
-                    f"on the two studies where a baseline read so its B_hold was {bert_miss:g}× "
-                    f"and {vit_miss:g}× off the largest batch that held in the baseline's epochs: "
-                    f"{bert}, where none above the baseline's did, and {vit} at its best LR, "
-                    "where twice its batch did (docs/noise.md, \"The LR check\").",
+                    f"on the three studies where a baseline read so its B_hold was "
+                    f"{misses['bert-mlm']:g}× off the largest batch that held in the baseline's "
+                    f"epochs on bert-mlm, where none above the baseline's did, "
+                    f"{misses['vit-mnist']:g}× on vit-mnist at its best LR, where twice its "
+                    f"batch did, and {misses['lenet-mnist']:g}× on lenet-mnist at 8× its LR, "
+                    "where 16× did under the √k this rule then takes: below it, the forecast "
+                    "can be far too cautious (docs/noise.md, \"The LR check\").",
                     style="yellow")
     reach = f"extrapolated {e0 / curve.last:.3g}× past the probe's last point"
     if ahead.holding_low is None:
