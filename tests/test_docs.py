@@ -978,6 +978,16 @@ def test_what_the_exponent_table_says_is_its_numbers():
     assert f"twice the LR ends {100 * (1 - max(ratios)):.0f}–{100 * (1 - min(ratios)):.0f}% " \
         "lower" in text
     assert f"RMSprop at {8e-3 * 16 ** 0.75:.3f} and {8e-3 * 32 ** 0.75:.3f}" in text
+    bert = [row("bert-mlm", k) for k in (2, 8)]
+    assert (f"√k {bert[0][2]:.2f} at 2× and {bert[1][2]:.2f} at 8×, k^0.75 {bert[0][1]:.2f} and "
+            f"{bert[1][1]:.2f}".replace("-", "−")) in text
+    sqrt = _sweep("[s](docs/results/sweeps/bert4-exp-sqrt/report.md)")
+    two = [r["metric"] for r in _group(sqrt, "date", 64)["results"]]
+    assert f"up to {max(two) - min(two):.2f} points apart (√k at 2×: {two[0]:.2f} and " \
+        f"{two[1]:.2f})" in text
+    bases = [_sweep(f"[s](docs/results/sweeps/{s}/report.md)")["baseline"]["mean"]
+             for s in ("bert4-batches", "bert4-exp-sqrt")]
+    assert f"(baseline {bases[0]:.2f} there, {bases[1]:.2f} here)" in text
     assert f"λ·√k = {0.05 * 32 ** 0.5:.2f}" in text
     for sweep, shown in (("vit-mnist-lr4e-3-sqrt-decay-fixed", "it reaches {}"),
                          ("vit-mnist-lr4e-3-probe-rules", "ahead of the paper's {}"),
