@@ -978,6 +978,17 @@ def test_what_the_exponent_table_says_is_its_numbers():
     assert f"twice the LR ends {100 * (1 - max(ratios)):.0f}–{100 * (1 - min(ratios)):.0f}% " \
         "lower" in text
     assert f"RMSprop at {8e-3 * 16 ** 0.75:.3f} and {8e-3 * 32 ** 0.75:.3f}" in text
+    vit2 = [row("vit-mnist (AdamW), from 2e-3", k) for k in (8, 32)]
+    assert (f"(√k {vit2[1][2]:.2f}, k^0.75 {vit2[1][1]:.2f}, whose seeds ended".replace("-", "−")
+            in text)
+    assert f"leads at 8× ({vit2[0][1]:.2f} against {vit2[0][2]:.2f})".replace("-", "−") in text
+    rules = _sweep("[s](docs/results/sweeps/vit-mnist-lr2e-3-exp-rules/report.md)")
+    seeds = [r["metric"] for r in _group(rules, "date", 4096)["results"]]
+    assert f"{max(seeds) - min(seeds):.2f} points apart" in text
+    checks = [p.lr_check.loss / p.lr_check.baseline_loss for s in (0, 1, 2) for p in
+              [Probe.read(ROOT / "docs" / "results" / "probes-lrcheck" /
+                          f"vit-mnist-lr2e-3-seed{s}" / "probe.json")]]
+    assert f"({min(checks):.3f}–{max(checks):.3f})" in text
     bert = [row("bert-mlm", k) for k in (2, 8)]
     assert (f"√k {bert[0][2]:.2f} at 2× and {bert[1][2]:.2f} at 8×, k^0.75 {bert[0][1]:.2f} and "
             f"{bert[1][1]:.2f}".replace("-", "−")) in text
