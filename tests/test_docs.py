@@ -1007,3 +1007,24 @@ def test_what_the_exponent_table_says_is_its_numbers():
         scheme = "paper" if "paper's" in shown else "date"
         delta = f"{_group(summary, scheme, 4096)['delta']:.2f}".replace("-", "−")
         assert shown.format(delta) in text, sweep
+
+
+def test_the_summary_quotes_bert_mlms_ramp_under_both_exponents():
+    """results.md's summary: the ramp at 32× on bert-mlm with √k (the LR-checked probe) and with
+    k^0.75 before, from the two sweeps; each ran the exponent it is quoted for."""
+    import json
+
+    short = " ".join(_section((ROOT / "docs" / "results.md").read_text(), "## In short").split())
+    quoted = []
+    for sweep, p in (("bert4-ramp-new", 0.5), ("bert4-ramp", 0.75)):
+        summary = _sweep(f"[s](docs/results/sweeps/{sweep}/report.md)")
+        group = _group(summary, "date+ramp", 1024)
+        assert {r["steps"] for r in group["results"]} == {group["results"][0]["steps"]}
+        quoted.append((f"{-group['delta']:.2f}", group["results"][0]["steps"]))
+        cells = json.loads((ROOT / "docs" / "results" / "sweeps" / sweep / "results.json")
+                           .read_text())["cells"]
+        assert [c["peak_lr"] for c in cells if c["scheme"] == "date+ramp"] == \
+            pytest.approx([1e-3 * 32 ** p] * 2), sweep
+    (new, new_steps), (old, old_steps) = quoted
+    assert (f"the ramp lost {new} at 32× in {new_steps} steps ({old} in {old_steps} with k^0.75, "
+            "before the rule read the LR check)") in short
