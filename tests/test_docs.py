@@ -946,6 +946,11 @@ def test_the_vit_sentences_on_the_exponent_quote_its_table():
             f"seeds against the paper's {rows[32][0]};") in short
     readme = " ".join(README.split())
     assert f"{sqrt[32]} over four against the paper's {rows[32][0]}" in readme
+    ramp = _group(_sweep("[s](docs/results/sweeps/vit-mnist-lr4e-3-ramp-new/report.md)"),
+                  "date+ramp", 4096)
+    steps = [f"{r['steps']:,}" for r in ramp["results"]]
+    assert (f"ramp held at 32× ({ramp['delta']:+.2f} in {steps[0]} and {steps[1]} steps"
+            in short)
 
 
 def test_what_the_exponent_table_says_is_its_numbers():
