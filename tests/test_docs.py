@@ -1004,6 +1004,11 @@ def test_what_the_exponent_table_says_is_its_numbers():
     bases = [_sweep(f"[s](docs/results/sweeps/{s}/report.md)")["baseline"]["mean"]
              for s in ("bert4-batches", "bert4-exp-sqrt")]
     assert f"(baseline {bases[0]:.2f} there, {bases[1]:.2f} here)" in text
+    floor = _sweep("[s](docs/results/sweeps/bert4-probe-32x/report.md)")
+    cells = [r["metric"] for s in ("date", "paper") for r in _group(floor, s, 1024)["results"]]
+    assert f"the unigram floor ({min(cells):.2f}–{max(cells):.2f})" in text
+    assert (f"the default's √k reads {row('bert-mlm', 32)[2]:.2f} against the paper's "
+            f"{row('bert-mlm', 32)[0]:.2f}".replace("-", "−")) in text
     assert f"λ·√k = {0.05 * 32 ** 0.5:.2f}" in text
     for sweep, shown in (("vit-mnist-lr4e-3-sqrt-decay-fixed", "it reaches {}"),
                          ("vit-mnist-lr4e-3-probe-rules", "ahead of the paper's {}"),
