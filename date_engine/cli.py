@@ -695,7 +695,7 @@ def sweep_command(
         if bench is not None:
             settings["time_forecast"] = sweep_time_forecast(bench, cells, recipe.name)
         names = [s.name for s in options.schemes]
-        if taken := [s for s in given_settings(spec, DATE_SETTABLE) if "date" in names]:
+        if "date" in names and (taken := given_settings(spec, DATE_SETTABLE)):
             settings["date_settings"] = taken
         if unused := unused_settings(spec, names):
             from date_engine.view.console import note_line

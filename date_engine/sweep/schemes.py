@@ -97,9 +97,6 @@ def _defaults(name: str) -> str:
     return f"momentum {defaults['momentum']:g}"
 
 
-MOOT_AT_B0 = ("rule", "scaling", "warmup", "second_moment", "weight_decay")
-"""Date settings that change nothing at k = 1 (k^p = 1, k·w0 = w0, β2^1 = β2, ε/√1, λ·1): the
-baseline cells leave them out, so sweeps that differ only in them share their baseline cells."""
 
 
 def baseline(raw: Raw) -> Raw:
@@ -138,6 +135,10 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
 SCHEME_OWNED = ("rule", "scaling", "warmup")
 """The date settings the schemes set for themselves: ``rule`` always; ``scaling`` and ``warmup``
 every scheme but ``date`` (:data:`DATE_SETTABLE`)."""
+
+MOOT_AT_B0 = (*SCHEME_OWNED, "second_moment", "weight_decay")
+"""Date settings that change nothing at k = 1 (k^p = 1, k·w0 = w0, β2^1 = β2, ε/√1, λ·1): the
+baseline cells leave them out, so sweeps that differ only in them share their baseline cells."""
 
 DATE_SETTABLE = ("scaling", "warmup")
 """Settings the ``date`` scheme takes from the spec when it gives them (as ``date scale`` does):

@@ -166,7 +166,7 @@ def _forecast_lines(plan: Plan) -> list[Text]:
             + (" (√k: the default rule's exponent for this family where the check reads so)"
                if plan.scaling == "power" and plan.lr_exponent ==
                entry(plan.optimizer.name).batch_rule.steps_limited_exponent else "")
-            + ". Of the two studies the check read so, "
+            + ". Of the two studies the check read so where it was tried, "
             "keeping the baseline's LR, warmup and optimizer values (--set date.rule=paper --set "
             "date.scaling=none --set date.warmup=constant) held bert-mlm at 2× and 8× its batch "
             "in the baseline's steps where the rule's LR lost, and lost to the rule on vit-mnist "
