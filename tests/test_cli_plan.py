@@ -254,7 +254,8 @@ def test_the_forecast_says_what_the_lr_check_found():
     assert f"against the baseline's {hold['baseline_iterations']:,} (as many)" in words
     assert "How sure: the probe's LR check, not its noise scale, sets this forecast" in words
     assert "batch 256 is beyond 42" in words
-    assert "of the two whose probe read steps-limited, on vit-mnist and not on bert-mlm" in words
+    assert ("of the two whose probe read steps-limited where it ran, on vit-mnist and not on "
+            "bert-mlm") in words
     assert ("B_hold was 1.31× off the largest batch that held in the baseline's epochs on "
             "bert-mlm") in words
     assert "1.51× on vit-mnist" in words and "12.05× on lenet-mnist" in words

@@ -155,8 +155,8 @@ def _forecast_lines(plan: Plan) -> list[Text]:
             f"training the baseline's {e0:.4g} epochs is expected to lose accuracy; "
             f"--budget hold trains {ahead.epochs:.4g} epochs instead; --budget ramp grows the "
             f"batch to {b:,} as the run's noise scale allows, which held accuracy with fewer "
-            "samples in our studies" + (" — of the two whose probe read steps-limited, on "
-                                        "vit-mnist and not on bert-mlm (docs/noise.md)."
+            "samples in our studies" + (" — of the two whose probe read steps-limited where it "
+                                        "ran, on vit-mnist and not on bert-mlm (docs/noise.md)."
                                         if curve.steps_limited else " (docs/noise.md)."),
             style="yellow"))
     if curve.steps_limited and b > b0 and plan.scaling != "none":
