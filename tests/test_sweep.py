@@ -66,6 +66,13 @@ def test_sweep_trains_every_cell_and_reports(swept):
     for name in ("metric_vs_batch.png", "time_to_target.png", "lr_curves.png", "loss_curves.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     assert "report: " in result.stdout
+    # one seed a cell: date against linear with no interval, from the cells' own metrics
+    (side,) = data["summary"]["side_by_side"]
+    difference = float(rows[1]["metric"]) - float(rows[2]["metric"])
+    assert side["paired"]["differences"] == [pytest.approx(difference)]
+    assert (side["scheme"], side["other"], side["reading"]) == ("date", "linear", "one seed")
+    assert f"date − linear at 64: {difference:+.3g} over 1 seed: one seed, no interval." \
+        in " ".join(result.stdout.split())
 
 
 def test_a_rerun_skips_finished_cells(swept):

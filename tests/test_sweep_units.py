@@ -587,3 +587,51 @@ def test_a_sweeps_probe_reaches_every_cell_of_the_default_rule(tmp_path):
     path = str(tmp_path / "probe.json")
     assert exponents(path) == {"date": (path, 0.5), "paper": (None, 0.5)}
     assert exponents(None) == {"date": (None, 0.75), "paper": (None, 0.5)}
+
+
+def test_paired_differences_and_their_t_interval():
+    from date_engine.sweep.results import paired, t_975
+
+    # scipy.stats.t.ppf(0.975, df) for df 1, 4, 30, 31, 100
+    for df, t in ((1, 12.7062), (4, 2.7764), (30, 2.0423), (31, 2.0395), (100, 1.9840)):
+        assert t_975(df) == pytest.approx(t, abs=2e-4)
+    pair = paired({0: 90.0, 1: 91.0, 2: 95.0, 5: 70.0}, {0: 89.0, 1: 89.0, 2: 92.0, 3: 99.0})
+    assert pair.seeds == (0, 1, 2) and pair.differences == (1.0, 2.0, 3.0)
+    # mean 2, sd 1, n 3: 4.303 / √3
+    assert pair.mean == 2.0 and pair.half_width == pytest.approx(4.3027 / math.sqrt(3))
+    assert pair.reading(higher_is_better=True) == "level"  # 2 − 2.48 < 0
+    assert paired({0: 1.0}, {1: 1.0}) is None
+    assert paired({0: 2.0}, {0: 1.0}).reading(True) == "one seed"
+
+
+def test_the_sweep_sets_date_beside_each_other_scheme_seed_by_seed():
+    """Seeds pair across schemes: a scheme ahead on every seed by about the same amount is told
+    apart however far the seeds spread, one whose lead changes sign is not; a seed that did not
+    finish on one side is left out; lower-is-better metrics flip ahead and behind."""
+    from date_engine.view.sweep import report_markdown, side_by_side_line
+
+    results = [result("baseline", 16, s, 90.0, []) for s in range(4)]
+    for seed, (date, paper, linear) in enumerate(
+            [(80.0, 79.0, 81.0), (90.0, 88.9, 85.0), (70.0, 69.1, 75.0), (85.0, 84.0, None)]):
+        results += [result("date", 64, seed, date, []), result("paper", 64, seed, paper, []),
+                    result("linear", 64, seed, linear, [],
+                           status="done" if linear else "diverged")]
+    summary = summarize(results, "accuracy", True, Tolerance.parse("1"),
+                        ["paper", "date", "linear"])
+    paper, linear = summary.side_by_side()
+    assert (paper.scheme, paper.other, paper.batch) == ("date", "paper", 64)
+    assert paper.paired.seeds == (0, 1, 2, 3) and paper.paired.mean == pytest.approx(1.0)
+    assert paper.paired.reading(True) == "ahead"
+    assert linear.paired.seeds == (0, 1, 2) and linear.paired.reading(True) == "level"
+    assert summary.to_dict()["side_by_side"][0]["reading"] == "ahead"
+    lines = side_by_side_line(summary)
+    assert lines[0].startswith("date − paper at 64: +1 over 4 seeds (95% interval +0.")
+    assert lines[0].endswith(": date ahead") and lines[1].endswith(": not told apart")
+    settings = {"spec": "s.yaml", "command": "date sweep", "jobs": 1, "nproc": 1, "evals": 10}
+    report = report_markdown(summary, settings, ["paper", "date", "linear"], {})
+    assert "| 64 | date − paper | 0, 1, 2, 3 | +1, +1.1, +0.9, +1 | +1 |" in report
+    flipped = summarize(results, "perplexity", False, Tolerance.parse("1"), ["date", "paper"])
+    assert flipped.side_by_side()[0].paired.reading(False) == "behind"
+    alone = summarize(results, "accuracy", True, Tolerance.parse("1"), ["paper"])
+    assert alone.side_by_side() == [] and "Side by side" not in report_markdown(
+        alone, settings, ["paper"], {})

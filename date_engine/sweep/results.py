@@ -9,6 +9,11 @@ mean), the difference to the baseline, and time-to-accuracy: the first evaluatio
 metric reaches the target — the baseline's mean final metric within the tolerance — in optimizer
 steps and in training seconds (evaluations left out). Speedup is the baseline's time to the target
 over the cell's, both measured on the machine that ran the sweep.
+
+Side by side: at each batch the reference scheme (``date`` where it was swept, else the first
+asked for) against every other, seed by seed — cells of one seed share the initialisation and the
+data order, so their difference leaves out most of what the seeds vary — with a 95% Student-t
+interval on the mean difference. Where the interval holds 0 the sweep cannot tell the two apart.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from date_engine.runfolder import RunFolder
 from date_engine.sweep.grid import Cell
 from date_engine.sweep.schemes import BASELINE
 
-__all__ = ["CellResult", "Group", "SweepSummary", "Tolerance", "read_cell", "summarize"]
+__all__ = ["CellResult", "Group", "Paired", "SideBySide", "SweepSummary", "Tolerance", "paired",
+           "read_cell", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -182,6 +188,66 @@ class Group:
         return all(r.status in ("done", "diverged") for r in self.results)
 
 
+T_975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
+         2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
+         2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423)
+"""Student's t at 0.975 for 1 to 30 degrees of freedom (two-sided 95%)."""
+
+
+def t_975(df: int) -> float:
+    """Student's t quantile at 0.975; beyond the table, its Cornish–Fisher expansion (error under
+    1e-4 from 30 degrees of freedom on)."""
+    if df < 1:
+        raise ValueError("a t interval needs at least one degree of freedom")
+    if df <= len(T_975):
+        return T_975[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Two sets of cells compared seed by seed: a − b on the seeds both finished."""
+
+    seeds: tuple[int, ...]
+    differences: tuple[float, ...]
+    mean: float
+    half_width: float | None
+    """Of the 95% Student-t interval on the mean difference; None with one seed."""
+
+    def reading(self, higher_is_better: bool) -> str:
+        """'ahead', 'behind' (a's side of b, in the metric's better direction), 'level' where
+        the interval holds 0, 'one seed' where there is no interval."""
+        if self.half_width is None:
+            return "one seed"
+        low, high = self.mean - self.half_width, self.mean + self.half_width
+        if low > 0 or high < 0:
+            return "ahead" if (low > 0) == higher_is_better else "behind"
+        return "level"
+
+
+def paired(a: dict[int, float], b: dict[int, float]) -> Paired | None:
+    """``a`` − ``b`` over the seeds both have (seed → final metric); None if they share none."""
+    seeds = tuple(sorted(set(a) & set(b)))
+    if not seeds:
+        return None
+    differences = tuple(a[s] - b[s] for s in seeds)
+    mean = statistics.fmean(differences)
+    half = (t_975(len(seeds) - 1) * statistics.stdev(differences) / math.sqrt(len(seeds))
+            if len(seeds) > 1 else None)
+    return Paired(seeds, differences, mean, half)
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """At one batch, the reference scheme against another, seed by seed."""
+
+    batch: int
+    scheme: str
+    other: str
+    paired: Paired
+
+
 @dataclass
 class SweepSummary:
     metric_name: str
@@ -191,6 +257,8 @@ class SweepSummary:
     target: float | None
     groups: list[Group]
     """Every (batch, scheme), batches ascending, schemes in the order asked for."""
+    schemes: list[str] = field(default_factory=list)
+    """The schemes (labels, with budgets) in the order asked for."""
 
     def verdicts(self, schemes: list[str]) -> dict[str, str]:
         """Per scheme, a plain sentence: up to which batch accuracy holds, and the speedup there."""
@@ -242,6 +310,25 @@ class SweepSummary:
             out[scheme] = text
         return out
 
+    def side_by_side(self) -> list[SideBySide]:
+        """At each batch with two or more schemes finished on a shared seed: the reference
+        (``date``'s first label, else the first scheme asked for) against each other scheme."""
+        schemes = self.schemes
+        if not schemes:
+            return []
+        reference = next((s for s in schemes if s.partition("+")[0] == "date"), schemes[0])
+        out = []
+        for batch in dict.fromkeys(g.batch for g in self.groups):
+            at = {g.scheme: g for g in self.groups if g.batch == batch}
+            if reference not in at:
+                continue
+            mine = _finished(at[reference])
+            others = [s for s in schemes if s != reference and s in at]
+            for scheme in others:
+                if (pair := paired(mine, _finished(at[scheme]))) is not None:
+                    out.append(SideBySide(batch, reference, scheme, pair))
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         def group(g: Group | None) -> dict[str, Any] | None:
             if g is None:
@@ -258,7 +345,17 @@ class SweepSummary:
             "target": self.target,
             "baseline": group(self.baseline),
             "groups": [group(g) for g in self.groups],
+            "side_by_side": [
+                {**asdict(c), "reading": c.paired.reading(self.higher_is_better)}
+                for c in self.side_by_side()
+            ],
         }
+
+
+def _finished(group: Group) -> dict[int, float]:
+    """Seed → final metric of the group's cells that finished with one."""
+    return {r.cell.seed: r.metric for r in group.results
+            if r.status == "done" and r.metric is not None}
 
 
 def summarize(
@@ -312,7 +409,8 @@ def summarize(
                 group.holds = False  # diverged
         _timing(group, baseline)
         groups.append(group)
-    return SweepSummary(metric_name, higher_is_better, tolerance, baseline, target, groups)
+    return SweepSummary(metric_name, higher_is_better, tolerance, baseline, target, groups,
+                        list(schemes))
 
 
 def _group(scheme: str, batch: int, cells: list[CellResult]) -> Group:

@@ -17,7 +17,7 @@ from date_engine.view.plots import FIGURES
 if TYPE_CHECKING:
     from date_engine.sweep.grid import PlannedCell
 
-__all__ = ["SweepProgress", "report_markdown"]
+__all__ = ["SweepProgress", "report_markdown", "side_by_side_line"]
 
 
 def report_markdown(summary: SweepSummary, settings: dict[str, Any], schemes: list[str],
@@ -29,7 +29,8 @@ def report_markdown(summary: SweepSummary, settings: dict[str, Any], schemes: li
              f"at a time, {settings['nproc']} process(es) each, {settings.get('threads', '?')} "
              "thread(s) per process. Times are training seconds (evaluations left out), measured "
              "on this machine.", ""]
-    lines += _verdicts(summary, schemes) + _results(summary) + _forecast(summary, settings)
+    lines += _verdicts(summary, schemes) + _results(summary) + _side_by_side(summary)
+    lines += _forecast(summary, settings)
     lines += _time_forecast(summary, settings)
     lines += _schemes(summary, settings, schemes)
     lines += ["", "## Figures", ""]
@@ -98,6 +99,49 @@ def _results(summary: SweepSummary) -> list[str]:
                               for lr, v in g.tried.items())
             lines.append(f"- {g.scheme} at {g.batch}: {tried}; kept {g.grid_lr:g}")
     return lines
+
+
+def _side_by_side(summary: SweepSummary) -> list[str]:
+    """The reference scheme against each other one, seed by seed
+    (:meth:`SweepSummary.side_by_side`)."""
+    pairs = summary.side_by_side()
+    if not pairs:
+        return []
+    lines = ["", "## Side by side, seed by seed", "",
+             f"{pairs[0].scheme} against each other scheme on the seeds both finished (one seed's "
+             "cells start from the same weights and see the data in the same order): the "
+             "difference per seed, its mean and the mean's 95% Student-t interval. Where the "
+             "interval holds 0, these seeds do not tell the two apart; more seeds (`--repeats`) "
+             "narrow it.", "",
+             "| batch | difference | seeds | per seed | mean | 95% interval | reads |",
+             "|---:|---|---|---|---:|---|---|"]
+    for c in pairs:
+        p = c.paired
+        interval = ("" if p.half_width is None else
+                    f"{p.mean - p.half_width:+.3g} to {p.mean + p.half_width:+.3g}")
+        lines.append(
+            f"| {c.batch} | {c.scheme} − {c.other} | {', '.join(map(str, p.seeds))} | "
+            f"{', '.join(f'{d:+.3g}' for d in p.differences)} | {p.mean:+.3g} | {interval} | "
+            f"{_reads(c.scheme, p.reading(summary.higher_is_better))} |")
+    return lines
+
+
+def side_by_side_line(summary: SweepSummary) -> list[str]:
+    """One sentence per comparison of :meth:`SweepSummary.side_by_side`, for the terminal."""
+    out = []
+    for c in summary.side_by_side():
+        p, n = c.paired, len(c.paired.seeds)
+        interval = ("" if p.half_width is None else
+                    f" (95% interval {p.mean - p.half_width:+.3g} to {p.mean + p.half_width:+.3g})")
+        out.append(f"{c.scheme} − {c.other} at {c.batch}: {p.mean:+.3g} over {n} seed"
+                   f"{'s' if n > 1 else ''}{interval}: "
+                   f"{_reads(c.scheme, p.reading(summary.higher_is_better))}")
+    return out
+
+
+def _reads(scheme: str, reading: str) -> str:
+    return {"ahead": f"{scheme} ahead", "behind": f"{scheme} behind",
+            "level": "not told apart", "one seed": "one seed, no interval"}[reading]
 
 
 def _time_forecast(summary: SweepSummary, settings: dict[str, Any]) -> list[str]:
