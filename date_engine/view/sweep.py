@@ -123,7 +123,7 @@ def _side_by_side(summary: SweepSummary) -> list[str]:
             f"| {c.batch} | {c.scheme} − {c.other} | {', '.join(map(str, p.seeds))} | "
             f"{', '.join(f'{d:+.3g}' for d in p.differences)} | {p.mean:+.3g} | {interval} | "
             f"{_reads(c.scheme, p.reading(summary.higher_is_better))} |")
-    return lines
+    return lines + [""]
 
 
 def side_by_side_line(summary: SweepSummary) -> list[str]:
