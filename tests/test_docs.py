@@ -1038,3 +1038,49 @@ def test_the_summary_quotes_bert_mlms_ramp_under_both_exponents():
     (new, new_steps), (old, old_steps) = quoted
     assert (f"the ramp lost {new} at 32× in {new_steps} steps ({old} in {old_steps} with k^0.75, "
             "before the rule read the LR check)") in short
+
+
+def test_the_exponent_tables_seed_pairs_are_its_cells():
+    """The exponent table's seed-by-seed bullet: per LR-check verdict, how many seed pairs end
+    with each exponent above, and the two-sided sign test's chance, from the sweeps it links."""
+    import json
+    import math
+
+    section = _section((ROOT / "docs" / "results.md").read_text(),
+                       "### The adaptive family's exponent")
+    (table,) = [t for t in _tables(section) if t and len(t[0]) == 7]
+    pairs: dict[str, list[float]] = {}
+    held_out: list[float] = []
+    study = check = None
+    for name, flagged, k, *_, links in table:
+        check = re.match(r"\[([^\]]+)\]", flagged).group(1) if flagged else check
+        study = name or study
+        found = re.findall(r"\[([^\]]+)\]\(([^)]+)/report\.md\)", links)
+        per = {}
+        for label in ("k^0.75", "√k"):
+            per[label] = {}
+            for path in {p for lab, p in found if lab == label}:
+                rows = json.loads((ROOT / "docs" / path / "results.json").read_text())["cells"]
+                batch = int(k) * next(r["batch"] for r in rows if r["scheme"] == "baseline")
+                per[label].update({r["seed"]: r["metric"] if r["metric"] is not None else -1.0
+                                   for r in rows if r["scheme"] == "date" and r["batch"] == batch})
+        differences = [per["k^0.75"][s] - per["√k"][s] for s in set(per["k^0.75"]) & set(per["√k"])]
+        pairs.setdefault(check, []).extend(differences)
+        if "held out" in study and check == "steps-limited":
+            held_out += differences
+
+    def sign_test(above: int, n: int) -> float:
+        tail = sum(math.comb(n, i) for i in range(max(above, n - above), n + 1))
+        return min(1.0, 2 * tail / 2**n)
+
+    passes, fires = pairs["not flagged"], pairs["steps-limited"]
+    assert 0 not in passes + fires
+    up, down = sum(d > 0 for d in passes), sum(d < 0 for d in fires)
+    text = " ".join(section.split())
+    assert (f"k^0.75 ends above √k on {up} of the {len(passes)} pairs; where it fires, √k ends "
+            f"above on {down} of {len(fires)}") in text
+    assert (f"a chance of {sign_test(up, len(passes)):.3f} and {sign_test(down, len(fires)):.3f}"
+            in text)
+    below = sum(d < 0 for d in held_out)
+    assert (f"√k above on {below} of {len(held_out)} ({sign_test(below, len(held_out)):.3f})"
+            in text)
