@@ -941,13 +941,13 @@ def test_the_vit_sentences_on_the_exponent_quote_its_table():
     changed = " ".join(_section(results, "### From the baseline at 4e-3").split())
     sqrt = {k: row[2] for k, row in rows.items()}
     assert (f"{sqrt[2]} at 2×, {sqrt[4]} at 4×, {sqrt[8]} at 8×, {sqrt[16]} at 16× and "
-            f"{sqrt[32]} at 32× over four seeds (the paper's rule {rows[32][0]}, k^0.75 "
-            f"{rows[32][1]} over the same four)") in changed
+            f"{sqrt[32]} at 32× over eight seeds (the paper's rule {rows[32][0]} over the same "
+            f"eight, k^0.75 {rows[32][1]} over four of them)") in changed
     short = " ".join(_section(results, "## In short").split())
-    assert (f"({sqrt[16]} at 16× against k^0.75's {rows[16][1]}, {sqrt[32]} at 32× over four "
-            f"seeds against the paper's {rows[32][0]};") in short
+    assert (f"({sqrt[16]} at 16× against k^0.75's {rows[16][1]}, {sqrt[32]} at 32× over eight "
+            f"seeds against the paper's {rows[32][0]}, not told apart seed by seed;") in short
     readme = " ".join(README.split())
-    assert f"{sqrt[32]} over four against the paper's {rows[32][0]}" in readme
+    assert f"{sqrt[32]} over eight against the paper's {rows[32][0]} (seed by seed" in readme
     ramp = _group(_sweep("[s](docs/results/sweeps/vit-mnist-lr4e-3-ramp-new/report.md)"),
                   "date+ramp", 4096)
     steps = [f"{r['steps']:,}" for r in ramp["results"]]
@@ -1086,3 +1086,103 @@ def test_the_exponent_tables_seed_pairs_are_its_cells():
     below = sum(d < 0 for d in held_out)
     assert (f"√k above on {below} of {len(held_out)} ({sign_test(below, len(held_out)):.3f})"
             in text)
+
+
+_SEED_BY_SEED = {  # results.md's 32× seed-by-seed table: each column's cells, from these sweeps
+    "vit-mnist": {"baseline": ("baseline", ["vit-mnist-lr4e-3-probe-rules",
+                                            "vit-mnist-lr4e-3-32x-seeds23-sqrt",
+                                            "vit-mnist-lr4e-3-32x-seeds4-7"]),
+                  "default": ("date", ["vit-mnist-lr4e-3-probe-rules",
+                                       "vit-mnist-lr4e-3-32x-seeds23-sqrt",
+                                       "vit-mnist-lr4e-3-32x-seeds4-7"]),
+                  "kept": ("date", ["vit-mnist-lr4e-3-sqrt-decay-fixed",
+                                    "vit-mnist-lr4e-3-32x-decay-fixed-seeds2-7"]),
+                  "paper": ("paper", ["vit-mnist-lr4e-3-probe-rules",
+                                      "vit-mnist-lr4e-3-32x-seeds23-sqrt",
+                                      "vit-mnist-lr4e-3-32x-seeds4-7"])},
+    "vit on Fashion-MNIST": {"baseline": ("baseline", ["vit-fashion-probe"]),
+                             "default": ("date", ["vit-fashion-probe"]),
+                             "kept": ("date", ["vit-fashion-decay-fixed"]),
+                             "paper": ("paper", ["vit-fashion-probe"])},
+}
+
+
+def _seed_metrics(sweeps: list[str], scheme: str, batch: int | None) -> dict[int, float]:
+    """seed → final metric of ``scheme``'s cells at ``batch`` (None: the baseline's) over
+    ``sweeps``, later sweeps adding seeds."""
+    import json
+
+    out = {}
+    for sweep in sweeps:
+        rows = json.loads((ROOT / "docs" / "results" / "sweeps" / sweep / "results.json")
+                          .read_text())["cells"]
+        out.update({r["seed"]: r["metric"] for r in rows if r["scheme"] == scheme
+                    and (batch is None or r["batch"] == batch)})
+    return out
+
+
+def test_the_32x_seed_by_seed_tables_are_the_sweeps():
+    """results.md's seed-by-seed section: every cell of its tables from the sweeps, and each
+    sentence's paired mean, interval and count from date_engine's own side-by-side (paired);
+    the pre-registered λ check's two criteria from the cells, and the rule that stayed."""
+    from statistics import fmean
+
+    from date_engine.sweep.results import paired
+
+    section = _section((ROOT / "docs" / "results.md").read_text(),
+                       "### At 32× in the baseline's epochs, seed by seed").split("\n## ")[0]
+    text = " ".join(section.split())
+    main, decay = (t for t in _tables(section) if t)
+    cells: dict[tuple[str, int], dict[str, dict[int, float]]] = {}
+    study = None
+    for name, batch, seed, *shown in main:
+        study = next(s for s in _SEED_BY_SEED if s in name) if name else study
+        at = int(batch.replace(",", ""))
+        columns = cells.setdefault((study, at), {
+            col: _seed_metrics(sweeps, scheme, None if col == "baseline" else at)
+            for col, (scheme, sweeps) in _SEED_BY_SEED[study].items()})
+        for value, col in zip(shown, columns):
+            expected = fmean(columns[col].values()) if seed == "mean" else columns[col][int(seed)]
+            assert _number(value) == pytest.approx(expected, abs=0.006), (study, at, seed, col)
+    assert sorted(cells["vit-mnist", 4096]["default"]) == list(range(8))
+
+    def said(a: dict, b: dict) -> str:
+        p = paired(a, b)
+        return (f"{p.mean:.2f} ({p.mean - p.half_width:+.2f} to {p.mean + p.half_width:+.2f}; "
+                f"above on {sum(d > 0 for d in p.differences)} of {len(p.seeds)})"
+                ).replace("-", "−")
+
+    vit = cells["vit-mnist", 4096]
+    p = paired(vit["default"], vit["paper"])
+    assert (f"the default − the paper's {p.mean:.2f} (95% interval {p.mean - p.half_width:.2f} "
+            f"to {p.mean + p.half_width:+.2f}), above on {sum(d > 0 for d in p.differences)} "
+            f"of {len(p.seeds)} seeds").replace("-", "−") in text
+    assert p.reading(True) == "level" and p.mean < 0
+    assert f"missed by the mean by {-p.mean:.2f}" in text
+    assert (f"ahead of the default by {said(vit['kept'], vit['default'])} and of the paper's "
+            f"rule by {said(vit['kept'], vit['paper'])}") in text
+    fashion = {b: cells["vit on Fashion-MNIST", b] for b in (1024, 4096)}
+    for b, k in ((1024, 8), (4096, 32)):
+        p = paired(fashion[b]["default"], fashion[b]["paper"])
+        assert (f"at {k}× ({p.mean:+.2f}, above on {sum(d > 0 for d in p.differences)} of "
+                f"{len(p.seeds)})") in text
+    # the λ check written down before its cells ran
+    held = [d for b in (1024, 4096)
+            for d in paired(fashion[b]["kept"], fashion[b]["default"]).differences]
+    assert sum(d > 0 for d in held) >= 3 and fmean(held) >= 0
+    assert f"above on {sum(d > 0 for d in held)} of {len(held)}, mean {fmean(held):+.2f}" in text
+    small = []
+    for batch, _k, scaled, kept, differences in decay:
+        at = int(batch.replace(",", ""))
+        a = _seed_metrics(["vit-mnist-lr4e-3-date-sqrt"], "date", at)
+        b = _seed_metrics(["vit-mnist-lr4e-3-decay-fixed-small"], "date", at)
+        assert scaled == f"{a[0]:.2f}, {a[1]:.2f}" and kept == f"{b[0]:.2f}, {b[1]:.2f}"
+        pair = paired(b, a).differences
+        assert differences == f"{pair[0]:+.2f}, {pair[1]:+.2f}".replace("-", "−")
+        small += pair
+    assert fmean(small) < -0.1  # criterion (2) failed: the rule kept λ·k^(1−p)
+    assert f"(2) did not: mean {fmean(small):.2f}".replace("-", "−") in text
+    assert f"λ kept losing {-fmean(small[-2:]):.2f} at 16×" in text
+    from date_engine.catalog import entry
+
+    assert entry("adamw").batch_rule.decoupled_decay
