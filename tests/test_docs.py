@@ -1183,6 +1183,10 @@ def test_the_32x_seed_by_seed_tables_are_the_sweeps():
     assert fmean(small) < -0.1  # criterion (2) failed: the rule kept λ·k^(1−p)
     assert f"(2) did not: mean {fmean(small):.2f}".replace("-", "−") in text
     assert f"λ kept losing {-fmean(small[-2:]):.2f} at 16×" in text
+    kept = _seed_metrics(["bert4-decay-fixed-sqrt"], "date", 256)
+    scaled = _seed_metrics(["bert4-exp-sqrt"], "date", 256)
+    assert (f"λ kept ended at {kept[0]:.2f} and {kept[1]:.2f} against the default's "
+            f"{scaled[0]:.2f} and {scaled[1]:.2f}") in text
     from date_engine.catalog import entry
 
     assert entry("adamw").batch_rule.decoupled_decay
