@@ -722,11 +722,11 @@ def sweep_command(
 def _print_verdicts(console: Console, summary, schemes: list[str], root: Path) -> None:
     from rich.text import Text
 
-    from date_engine.view.sweep import side_by_side_line
+    from date_engine.view.sweep import side_by_side_lines
 
     for scheme, verdict in summary.verdicts(schemes).items():
         console.print(Text.assemble((scheme, "bold"), f": {verdict}."), soft_wrap=True)
-    for line in side_by_side_line(summary):
+    for line in side_by_side_lines(summary):
         console.print(f"{line}.", soft_wrap=True, markup=False, highlight=False)
     console.print(f"report: {root / 'report.md'}", soft_wrap=True, markup=False)
 

@@ -608,7 +608,7 @@ def test_the_sweep_sets_date_beside_each_other_scheme_seed_by_seed():
     """Seeds pair across schemes: a scheme ahead on every seed by about the same amount is told
     apart however far the seeds spread, one whose lead changes sign is not; a seed that did not
     finish on one side is left out; lower-is-better metrics flip ahead and behind."""
-    from date_engine.view.sweep import report_markdown, side_by_side_line
+    from date_engine.view.sweep import report_markdown, side_by_side_lines
 
     results = [result("baseline", 16, s, 90.0, []) for s in range(4)]
     for seed, (date, paper, linear) in enumerate(
@@ -624,7 +624,7 @@ def test_the_sweep_sets_date_beside_each_other_scheme_seed_by_seed():
     assert paper.paired.reading(True) == "ahead"
     assert linear.paired.seeds == (0, 1, 2) and linear.paired.reading(True) == "level"
     assert summary.to_dict()["side_by_side"][0]["reading"] == "ahead"
-    lines = side_by_side_line(summary)
+    lines = side_by_side_lines(summary)
     assert lines[0].startswith("date − paper at 64: +1 over 4 seeds (95% interval +0.")
     assert lines[0].endswith(": date ahead") and lines[1].endswith(": not told apart")
     settings = {"spec": "s.yaml", "command": "date sweep", "jobs": 1, "nproc": 1, "evals": 10}

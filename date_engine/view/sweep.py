@@ -10,14 +10,14 @@ from rich.console import Group as RenderGroup
 from rich.live import Live
 from rich.table import Table
 
-from date_engine.sweep.results import CellResult, Group, SweepSummary
+from date_engine.sweep.results import CellResult, Group, Paired, SweepSummary
 from date_engine.sweep.schemes import BASELINE, BUDGETS, SCHEMES, split_label
 from date_engine.view.plots import FIGURES
 
 if TYPE_CHECKING:
     from date_engine.sweep.grid import PlannedCell
 
-__all__ = ["SweepProgress", "report_markdown", "side_by_side_line"]
+__all__ = ["SweepProgress", "report_markdown", "side_by_side_lines"]
 
 
 def report_markdown(summary: SweepSummary, settings: dict[str, Any], schemes: list[str],
@@ -117,26 +117,29 @@ def _side_by_side(summary: SweepSummary) -> list[str]:
              "|---:|---|---|---|---:|---|---|"]
     for c in pairs:
         p = c.paired
-        interval = ("" if p.half_width is None else
-                    f"{p.mean - p.half_width:+.3g} to {p.mean + p.half_width:+.3g}")
         lines.append(
             f"| {c.batch} | {c.scheme} − {c.other} | {', '.join(map(str, p.seeds))} | "
-            f"{', '.join(f'{d:+.3g}' for d in p.differences)} | {p.mean:+.3g} | {interval} | "
+            f"{', '.join(f'{d:+.3g}' for d in p.differences)} | {p.mean:+.3g} | {_interval(p)} | "
             f"{_reads(c.scheme, p.reading(summary.higher_is_better))} |")
     return lines + [""]
 
 
-def side_by_side_line(summary: SweepSummary) -> list[str]:
+def side_by_side_lines(summary: SweepSummary) -> list[str]:
     """One sentence per comparison of :meth:`SweepSummary.side_by_side`, for the terminal."""
     out = []
     for c in summary.side_by_side():
         p, n = c.paired, len(c.paired.seeds)
-        interval = ("" if p.half_width is None else
-                    f" (95% interval {p.mean - p.half_width:+.3g} to {p.mean + p.half_width:+.3g})")
+        interval = "" if p.half_width is None else f" (95% interval {_interval(p)})"
         out.append(f"{c.scheme} − {c.other} at {c.batch}: {p.mean:+.3g} over {n} seed"
                    f"{'s' if n > 1 else ''}{interval}: "
                    f"{_reads(c.scheme, p.reading(summary.higher_is_better))}")
     return out
+
+
+def _interval(p: Paired) -> str:
+    if p.half_width is None:
+        return ""
+    return f"{p.mean - p.half_width:+.3g} to {p.mean + p.half_width:+.3g}"
 
 
 def _reads(scheme: str, reading: str) -> str:
