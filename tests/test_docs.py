@@ -1183,6 +1183,16 @@ def test_the_32x_seed_by_seed_tables_are_the_sweeps():
     assert fmean(small) < -0.1  # criterion (2) failed: the rule kept λ·k^(1−p)
     assert f"(2) did not: mean {fmean(small):.2f}".replace("-", "−") in text
     assert f"λ kept losing {-fmean(small[-2:]):.2f} at 16×" in text
+    from date_engine.probe import Probe
+
+    checks = [p.lr_check.loss / p.lr_check.baseline_loss for s in (0, 1, 2) for p in
+              [Probe.read(ROOT / "docs" / "results" / "probes-lrcheck" / f"vit-fashion-seed{s}" /
+                          "probe.json")]]
+    assert all(c > 1 for c in checks)  # steps-limited on every seed
+    low, high = (100 * (c - 1) for c in (min(checks), max(checks)))
+    ending = f"twice the LR ending {low:.1f}–{high:.1f}% higher"
+    assert ending in text
+    assert ending in " ".join((ROOT / "docs" / "noise.md").read_text().split())
     kept = _seed_metrics(["bert4-decay-fixed-sqrt"], "date", 256)
     scaled = _seed_metrics(["bert4-exp-sqrt"], "date", 256)
     assert (f"λ kept ended at {kept[0]:.2f} and {kept[1]:.2f} against the default's "
