@@ -1168,6 +1168,21 @@ def test_the_32x_seed_by_seed_tables_are_the_sweeps():
     assert f"missed by the mean by {-p.mean:.2f}" in text
     assert (f"ahead of the default by {said(vit['kept'], vit['default'])} and of the paper's "
             f"rule by {said(vit['kept'], vit['paper'])}") in text
+    bert = cells["bert-mlm", 1024]
+    p = paired(bert["default"], bert["paper"])
+    assert (f"The default {fmean(bert['default'].values()):.2f}, the paper's rule "
+            f"{fmean(bert['paper'].values()):.2f} (the share of the most frequent token is "
+            f"{min(bert['paper'].values()):.2f}): {p.mean:.2f} (95% interval "
+            f"{p.mean - p.half_width:.2f} to {p.mean + p.half_width:+.2f}), above on "
+            f"{sum(d > 0 for d in p.differences)} of {len(p.seeds)} and level on "
+            f"{'one' if p.differences.count(0.0) == 1 else p.differences.count(0.0)}"
+            ).replace("-", "−") in text
+    bert_section = " ".join(_section((ROOT / "docs" / "results.md").read_text(),
+                                     "## Transformers: bert-mlm").split())
+    assert (f"the default reads {fmean(bert['default'].values()):.2f} against the paper's "
+            f"{fmean(bert['paper'].values()):.2f} over seeds 0, 1, 4 and 5") in bert_section
+    late = bert["baseline"][4]
+    assert f"seed 4's baseline itself stayed on the plateau until late ({late:.2f})" in text
     fashion = {b: cells["vit on Fashion-MNIST", b] for b in (1024, 4096)}
     for b, k in ((1024, 8), (4096, 32)):
         p = paired(fashion[b]["default"], fashion[b]["paper"])
