@@ -1045,8 +1045,9 @@ def test_the_summary_quotes_bert_mlms_ramp_under_both_exponents():
 def test_the_exponent_tables_seed_pairs_are_its_cells():
     """The exponent table's seed-by-seed bullet: per LR-check verdict, how many seed pairs end
     with each exponent above, and the two-sided sign test's chance, from the sweeps it links."""
-    import json
     import math
+
+    from date_engine.sweep.results import paired
 
     section = _section((ROOT / "docs" / "results.md").read_text(),
                        "### The adaptive family's exponent")
@@ -1057,16 +1058,12 @@ def test_the_exponent_tables_seed_pairs_are_its_cells():
     for name, flagged, k, *_, links in table:
         check = re.match(r"\[([^\]]+)\]", flagged).group(1) if flagged else check
         study = name or study
-        found = re.findall(r"\[([^\]]+)\]\(([^)]+)/report\.md\)", links)
-        per = {}
-        for label in ("k^0.75", "√k"):
-            per[label] = {}
-            for path in {p for lab, p in found if lab == label}:
-                rows = json.loads((ROOT / "docs" / path / "results.json").read_text())["cells"]
-                batch = int(k) * next(r["batch"] for r in rows if r["scheme"] == "baseline")
-                per[label].update({r["seed"]: r["metric"] if r["metric"] is not None else -1.0
-                                   for r in rows if r["scheme"] == "date" and r["batch"] == batch})
-        differences = [per["k^0.75"][s] - per["√k"][s] for s in set(per["k^0.75"]) & set(per["√k"])]
+        found = re.findall(r"\[([^\]]+)\]\(results/sweeps/([^)]+)/report\.md\)", links)
+        batch = int(k) * _sweep(f"[s](docs/results/sweeps/{found[0][1]}/report.md)")[
+            "baseline"]["batch"]
+        high, low = (_seed_metrics(sorted({sweep for lab, sweep in found if lab == label}),
+                                   "date", batch) for label in ("k^0.75", "√k"))
+        differences = paired(high, low).differences  # a diverged cell ends with its metric
         pairs.setdefault(check, []).extend(differences)
         if "held out" in study and check == "steps-limited":
             held_out += differences

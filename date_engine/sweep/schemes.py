@@ -97,8 +97,6 @@ def _defaults(name: str) -> str:
     return f"momentum {defaults['momentum']:g}"
 
 
-
-
 def baseline(raw: Raw) -> Raw:
     """The baseline cell's spec: as written, without DATE's per-layer ratios or the settings that
     are moot at the baseline's batch (:data:`MOOT_AT_B0`)."""
