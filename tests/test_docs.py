@@ -1219,3 +1219,30 @@ def test_the_32x_seed_by_seed_tables_are_the_sweeps():
     from date_engine.catalog import entry
 
     assert entry("adamw").batch_rule.decoupled_decay
+
+
+def test_the_transformer_recipes_quote_their_studies():
+    """The vit-mnist and bert-mlm recipes' headers quote the studies as the default rule now runs
+    them with a probe: vit-mnist's 32× over eight seeds (the exponent table's row) and its ramp,
+    bert-mlm's ramp under its LR-checked probe."""
+    recipes = ROOT / "date_engine" / "recipes" / "specs"
+    vit = " ".join((recipes / "vit-mnist.yaml").read_text().replace("#", " ").split())
+    (table,) = [t for t in _tables(_section((ROOT / "docs" / "results.md").read_text(),
+                                            "### The adaptive family's exponent"))
+                if t and len(t[0]) == 7]
+    study = None
+    for name, _, k, paper, _, sqrt, _ in table:
+        study = name or study
+        if study.startswith("vit-mnist (AdamW), from 4e-3") and k == "32":
+            shown = [f"{_number(c.strip('*')):.1f}" for c in (sqrt, paper)]
+    assert (f"over 8 seeds {shown[0]} against the paper's {shown[1]}, not told apart seed by seed"
+            in vit)
+    ramp = _group(_sweep("[s](docs/results/sweeps/vit-mnist-lr4e-3-ramp-new/report.md)"),
+                  "date+ramp", 4096)
+    ratio = 4688 / (sum(r["steps"] for r in ramp["results"]) / 2)
+    assert f"(+{ramp['delta']:.2f} in {ratio:.1f}x fewer steps than the baseline)" in vit
+    bert = " ".join((recipes / "bert-mlm.yaml").read_text().replace("#", " ").split())
+    ramp = _group(_sweep("[s](docs/results/sweeps/bert4-ramp-new/report.md)"), "date+ramp", 1024)
+    seeds = [r["metric"] for r in ramp["results"]]
+    assert (f"1024 loses {-ramp['delta']:.2f} in {ramp['results'][0]['steps']} steps (seeds "
+            f"{seeds[0]:.2f}, {seeds[1]:.2f}; its LR check makes the rule sqrt(k))") in bert
