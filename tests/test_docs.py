@@ -996,6 +996,11 @@ def test_what_the_exponent_table_says_is_its_numbers():
               [Probe.read(ROOT / "docs" / "results" / "probes-lrcheck" /
                           f"vit-mnist-lr2e-3-seed{s}" / "probe.json")]]
     assert f"({min(checks):.3f}–{max(checks):.3f})" in text
+    fashion = [row("vit on Fashion-MNIST", k) for k in (8, 32)]
+    assert (f"√k leads at 8× and 32× ({fashion[0][2]:.2f} and {fashion[1][2]:.2f} over eight "
+            f"seeds against k^0.75's {fashion[0][1]:.2f} and {fashion[1][1]:.2f} over two; the "
+            f"paper's {fashion[0][0]:.2f} and {fashion[1][0]:.2f} over eight)"
+            ).replace("-", "−") in text
     bert = [row("bert-mlm", k) for k in (2, 8)]
     assert (f"√k {bert[0][2]:.2f} at 2× and {bert[1][2]:.2f} at 8×, k^0.75 {bert[0][1]:.2f} and "
             f"{bert[1][1]:.2f}".replace("-", "−")) in text
@@ -1101,10 +1106,13 @@ _SEED_BY_SEED = {  # results.md's 32× seed-by-seed table: each column's cells, 
                  "default": ("date", ["bert4-probe-32x", "bert4-32x-seeds45"]),
                  "kept": ("date", []),  # not run at 32×
                  "paper": ("paper", ["bert4-probe-32x", "bert4-32x-seeds45"])},
-    "vit on Fashion-MNIST": {"baseline": ("baseline", ["vit-fashion-probe"]),
-                             "default": ("date", ["vit-fashion-probe"]),
-                             "kept": ("date", ["vit-fashion-decay-fixed"]),
-                             "paper": ("paper", ["vit-fashion-probe"])},
+    "vit on Fashion-MNIST": {"baseline": ("baseline", ["vit-fashion-probe",
+                                                       "vit-fashion-probe-seeds2-7"]),
+                             "default": ("date", ["vit-fashion-probe",
+                                                  "vit-fashion-probe-seeds2-7"]),
+                             "kept": ("date", ["vit-fashion-decay-fixed"]),  # seeds 0, 1
+                             "paper": ("paper", ["vit-fashion-probe",
+                                                 "vit-fashion-probe-seeds2-7"])},
 }
 
 
@@ -1143,8 +1151,9 @@ def test_the_32x_seed_by_seed_tables_are_the_sweeps():
             col: _seed_metrics(sweeps, scheme, None if col == "baseline" else at)
             for col, (scheme, sweeps) in _SEED_BY_SEED[study].items()})
         for value, col in zip(shown, columns):
-            if not columns[col]:
-                assert not value, (study, col)
+            if not value:  # a column that did not run this seed (or at all)
+                assert (not columns[col] if seed == "mean" else int(seed) not in columns[col]), \
+                    (study, at, seed, col)
                 continue
             expected = fmean(columns[col].values()) if seed == "mean" else columns[col][int(seed)]
             assert _number(value) == pytest.approx(expected, abs=0.006), (study, at, seed, col)
@@ -1183,8 +1192,17 @@ def test_the_32x_seed_by_seed_tables_are_the_sweeps():
     fashion = {b: cells["vit on Fashion-MNIST", b] for b in (1024, 4096)}
     for b, k in ((1024, 8), (4096, 32)):
         p = paired(fashion[b]["default"], fashion[b]["paper"])
-        assert (f"at {k}× ({p.mean:+.2f}, above on {sum(d > 0 for d in p.differences)} of "
-                f"{len(p.seeds)})") in text
+        assert len(p.seeds) == 8 and p.reading(True) == "level"
+        assert (f"at {k}× {p.mean:+.2f} (95% interval {p.mean - p.half_width:+.2f} to "
+                f"{p.mean + p.half_width:+.2f}), above on {sum(d > 0 for d in p.differences)} "
+                f"of {len(p.seeds)}").replace("-", "−") in text
+    wide, narrow = (list(fashion[4096][col].values()) for col in ("paper", "default"))
+    from statistics import stdev
+    assert (f"({min(wide):.2f} to {max(wide):.2f}, standard deviation {stdev(wide):.2f}, "
+            f"against {min(narrow):.2f} to {max(narrow):.2f}, {stdev(narrow):.2f}): "
+            f"{sum(v < min(narrow) for v in wide)} of its {len(wide)} end below the default's "
+            "lowest") in text
+    assert sorted(fashion[4096]["kept"]) == [0, 1]
     # the λ check written down before its cells ran
     held = [d for b in (1024, 4096)
             for d in paired(fashion[b]["kept"], fashion[b]["default"]).differences]
