@@ -158,7 +158,8 @@ def test_an_interrupted_sweep_resumes_its_cell_exactly(tmp_path):
         "--schemes",
         "date",
         "--set",
-        "baseline.epochs=2",  # 180 steps of the baseline's cell: it is still training when stopped
+        "baseline.epochs=10",  # 900 steps of the baseline's cell (1.6 s idle here, 180 were done
+        # before the signal came): it is still training when stopped
         "--set",
         "baseline.warmup_epochs=0.1",
         "--set",
