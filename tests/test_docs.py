@@ -1134,6 +1134,7 @@ def test_the_32x_seed_by_seed_tables_are_the_sweeps():
     """results.md's seed-by-seed section: every cell of its tables from the sweeps, and each
     sentence's paired mean, interval and count from date_engine's own side-by-side (paired);
     the pre-registered λ check's two criteria from the cells, and the rule that stayed."""
+    import statistics
     from statistics import fmean
 
     from date_engine.sweep.results import paired
@@ -1172,6 +1173,12 @@ def test_the_32x_seed_by_seed_tables_are_the_sweeps():
             f"of {len(p.seeds)} seeds").replace("-", "−") in text
     assert p.reading(True) == "level" and p.mean < 0
     assert f"missed by the mean by {-p.mean:.2f}" in text
+    spread, needed = statistics.stdev(p.differences), p.seeds_for_half_width(0.3)
+    assert (f"the difference moves {spread:.2f} points from seed to seed, and an interval of "
+            f"±0.3 (the study's tolerance) would take {needed} paired seeds") in text
+    sweep_md = " ".join((ROOT / "docs" / "sweep.md").read_text().split())
+    assert (f"eight seeds spread {spread:.1f} points from seed to seed, and ±0.3 would take about "
+            f"{needed}") in sweep_md
     assert (f"ahead of the default by {said(vit['kept'], vit['default'])} and of the paper's "
             f"rule by {said(vit['kept'], vit['paper'])}") in text
     bert = cells["bert-mlm", 1024]
@@ -1197,9 +1204,9 @@ def test_the_32x_seed_by_seed_tables_are_the_sweeps():
                 f"{p.mean + p.half_width:+.2f}), above on {sum(d > 0 for d in p.differences)} "
                 f"of {len(p.seeds)}").replace("-", "−") in text
     wide, narrow = (list(fashion[4096][col].values()) for col in ("paper", "default"))
-    from statistics import stdev
-    assert (f"({min(wide):.2f} to {max(wide):.2f}, standard deviation {stdev(wide):.2f}, "
-            f"against {min(narrow):.2f} to {max(narrow):.2f}, {stdev(narrow):.2f}): "
+    sd = statistics.stdev
+    assert (f"({min(wide):.2f} to {max(wide):.2f}, standard deviation {sd(wide):.2f}, "
+            f"against {min(narrow):.2f} to {max(narrow):.2f}, {sd(narrow):.2f}): "
             f"{sum(v < min(narrow) for v in wide)} of its {len(wide)} end below the default's "
             "lowest") in text
     assert sorted(fashion[4096]["kept"]) == [0, 1]

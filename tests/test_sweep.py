@@ -71,6 +71,7 @@ def test_sweep_trains_every_cell_and_reports(swept):
     difference = float(rows[1]["metric"]) - float(rows[2]["metric"])
     assert side["paired"]["differences"] == [pytest.approx(difference)]
     assert (side["scheme"], side["other"], side["reading"]) == ("date", "linear", "one seed")
+    assert side["tolerance"] == 5.0 and side["seeds_for_tolerance"] is None  # no spread yet
     assert f"date − linear at 64: {difference:+.3g} over 1 seed: one seed, no interval." \
         in " ".join(result.stdout.split())
 

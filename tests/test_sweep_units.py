@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 import pytest
 
@@ -602,12 +603,26 @@ def test_paired_differences_and_their_t_interval():
     assert pair.reading(higher_is_better=True) == "level"  # 2 − 2.48 < 0
     assert paired({0: 1.0}, {1: 1.0}) is None
     assert paired({0: 2.0}, {0: 1.0}).reading(True) == "one seed"
+    # seeds whose interval would be ±w at sd 1: t(n−1)/√n ≤ w; t(5)/√6 = 1.05, t(6)/√7 = 0.925
+    assert pair.seeds_for_half_width(1.0) == 7
+    assert pair.seeds_for_half_width(0.5) == 18  # t(16)/√17 = 0.514, t(17)/√18 = 0.497
+    assert pair.seeds_for_half_width(pair.half_width) == 3  # the interval it has
+    assert pair.seeds_for_half_width(100.0) == 2  # never fewer than a pair
+    assert paired({0: 2.0}, {0: 1.0}).seeds_for_half_width(1.0) is None  # one seed: no spread
+    assert paired({0: 2.0, 1: 3.0}, {0: 1.0, 1: 2.0}).seeds_for_half_width(1.0) == 2
+    assert pair.seeds_for_half_width(0.0) is None
+    # level within a tolerance: the interval inside ±tolerance (here −0.24 to +0.27)
+    close = paired({0: 0.1, 1: -0.1, 2: 0.05}, {0: 0.0, 1: 0.0, 2: 0.0})
+    assert close.reading(True, tolerance=0.3) == "within"
+    assert close.reading(True, tolerance=0.2) == close.reading(True) == "level"
+    assert pair.reading(True, tolerance=10.0) == "within"  # −0.48 to 4.48 inside ±10
 
 
 def test_the_sweep_sets_date_beside_each_other_scheme_seed_by_seed():
     """Seeds pair across schemes: a scheme ahead on every seed by about the same amount is told
     apart however far the seeds spread, one whose lead changes sign is not; a seed that did not
     finish on one side is left out; lower-is-better metrics flip ahead and behind."""
+    from date_engine.sweep.results import t_975
     from date_engine.view.sweep import report_markdown, side_by_side_lines
 
     results = [result("baseline", 16, s, 90.0, []) for s in range(4)]
@@ -626,10 +641,26 @@ def test_the_sweep_sets_date_beside_each_other_scheme_seed_by_seed():
     assert summary.to_dict()["side_by_side"][0]["reading"] == "ahead"
     lines = side_by_side_lines(summary)
     assert lines[0].startswith("date − paper at 64: +1 over 4 seeds (95% interval +0.")
-    assert lines[0].endswith(": date ahead") and lines[1].endswith(": not told apart")
+    assert lines[0].endswith(": date ahead")
+    # where the seeds do not tell them apart: how many would narrow the interval to ±1, the
+    # tolerance — the fewest n with t(n−1)·sd/√n ≤ 1
+    spread, needed = statistics.stdev([-1.0, 5.0, -5.0]), linear.seeds_for_tolerance
+    assert linear.tolerance == 1.0
+    assert t_975(needed - 1) * spread / math.sqrt(needed) <= 1.0 \
+        < t_975(needed - 2) * spread / math.sqrt(needed - 1)
+    assert lines[1].endswith(f": not told apart; about {needed} paired seeds would narrow the "
+                             "interval to ±1, the tolerance")
+    assert summary.to_dict()["side_by_side"][1]["seeds_for_tolerance"] == needed
     settings = {"spec": "s.yaml", "command": "date sweep", "jobs": 1, "nproc": 1, "evals": 10}
     report = report_markdown(summary, settings, ["paper", "date", "linear"], {})
     assert "| 64 | date − paper | 0, 1, 2, 3 | +1, +1.1, +0.9, +1 | +1 |" in report
+    assert "| reads | seeds for ±1 |" in report
+    assert "| 64 | date − linear | 0, 1, 2 | -1, +5, -5 |" in report
+    assert report.split("| 64 | date − linear |")[1].split("\n")[0].endswith(
+        f"| not told apart | {needed} |")
+    loose = summarize(results, "accuracy", True, Tolerance.parse("20"), ["date", "linear"])
+    assert side_by_side_lines(loose)[0].endswith(": level within ±20")  # −12.8 to +12.2
+    assert "| level within ±20 | 3 |" in report_markdown(loose, settings, ["date", "linear"], {})
     flipped = summarize(results, "perplexity", False, Tolerance.parse("1"), ["date", "paper"])
     assert flipped.side_by_side()[0].paired.reading(False) == "behind"
     alone = summarize(results, "accuracy", True, Tolerance.parse("1"), ["paper"])

@@ -215,15 +215,31 @@ class Paired:
     half_width: float | None
     """Of the 95% Student-t interval on the mean difference; None with one seed."""
 
-    def reading(self, higher_is_better: bool) -> str:
-        """'ahead', 'behind' (a's side of b, in the metric's better direction), 'level' where
-        the interval holds 0, 'one seed' where there is no interval."""
+    def reading(self, higher_is_better: bool, tolerance: float | None = None) -> str:
+        """'ahead', 'behind' (a's side of b, in the metric's better direction) where the interval
+        leaves out 0; 'within' where it lies inside ±``tolerance`` (level to within what the
+        sweep accepts); 'level' where it holds 0 and reaches past that; 'one seed' where there is
+        no interval."""
         if self.half_width is None:
             return "one seed"
         low, high = self.mean - self.half_width, self.mean + self.half_width
         if low > 0 or high < 0:
             return "ahead" if (low > 0) == higher_is_better else "behind"
+        if tolerance is not None and -tolerance < low and high < tolerance:
+            return "within"
         return "level"
+
+    def seeds_for_half_width(self, width: float) -> int | None:
+        """The fewest paired seeds whose 95% interval would be ±``width`` at these seeds' spread
+        of differences (Student's t): how many seeds a close call needs. None with one seed or a
+        ``width`` ≤ 0; 2 where the seeds do not spread at all."""
+        if len(self.differences) < 2 or width <= 0:
+            return None
+        spread = statistics.stdev(self.differences)
+        n = max(2, math.ceil((1.959964 * spread / width) ** 2))  # t > z: never past the answer
+        while t_975(n - 1) * spread / math.sqrt(n) > width:
+            n += 1
+        return n
 
 
 def paired(a: dict[int, float], b: dict[int, float]) -> Paired | None:
@@ -246,6 +262,14 @@ class SideBySide:
     scheme: str
     other: str
     paired: Paired
+    tolerance: float | None = None
+    """The sweep's tolerance in the metric's units (None before the baseline finished)."""
+    seeds_for_tolerance: int | None = None
+    """Paired seeds whose 95% interval would be ±``tolerance``
+    (:meth:`Paired.seeds_for_half_width`)."""
+
+    def reading(self, higher_is_better: bool) -> str:
+        return self.paired.reading(higher_is_better, self.tolerance)
 
 
 @dataclass
@@ -317,6 +341,8 @@ class SweepSummary:
         if not schemes:
             return []
         reference = next((s for s in schemes if s.partition("+")[0] == "date"), schemes[0])
+        tolerance = (self.tolerance.amount(self.baseline.mean)
+                     if self.baseline is not None and self.baseline.mean is not None else None)
         out = []
         for batch in dict.fromkeys(g.batch for g in self.groups):
             at = {g.scheme: g for g in self.groups if g.batch == batch}
@@ -326,7 +352,9 @@ class SweepSummary:
             others = [s for s in schemes if s != reference and s in at]
             for scheme in others:
                 if (pair := paired(mine, _finished(at[scheme]))) is not None:
-                    out.append(SideBySide(batch, reference, scheme, pair))
+                    out.append(SideBySide(
+                        batch, reference, scheme, pair, tolerance,
+                        None if tolerance is None else pair.seeds_for_half_width(tolerance)))
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -346,7 +374,7 @@ class SweepSummary:
             "baseline": group(self.baseline),
             "groups": [group(g) for g in self.groups],
             "side_by_side": [
-                {**asdict(c), "reading": c.paired.reading(self.higher_is_better)}
+                {**asdict(c), "reading": c.reading(self.higher_is_better)}
                 for c in self.side_by_side()
             ],
         }

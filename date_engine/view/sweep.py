@@ -10,7 +10,7 @@ from rich.console import Group as RenderGroup
 from rich.live import Live
 from rich.table import Table
 
-from date_engine.sweep.results import CellResult, Group, Paired, SweepSummary
+from date_engine.sweep.results import CellResult, Group, Paired, SideBySide, SweepSummary
 from date_engine.sweep.schemes import BASELINE, BUDGETS, SCHEMES, split_label
 from date_engine.view.plots import FIGURES
 
@@ -112,16 +112,24 @@ def _side_by_side(summary: SweepSummary) -> list[str]:
              "cells start from the same weights and see the data in the same order): the "
              "difference per seed, its mean and the mean's 95% Student-t interval. Where the "
              "interval holds 0, these seeds do not tell the two apart; more seeds (`--repeats`) "
-             "narrow it.", "",
-             "| batch | difference | seeds | per seed | mean | 95% interval | reads |",
-             "|---:|---|---|---|---:|---|---|"]
+             "narrow it. Where the interval lies inside ± the tolerance, the two are level "
+             "to within it. The last column: how many paired seeds would narrow the interval "
+             "to ± the tolerance at these seeds' spread.", "",
+             f"| batch | difference | seeds | per seed | mean | 95% interval | reads | "
+             f"seeds for {_tolerance(pairs[0])} |",
+             "|---:|---|---|---|---:|---|---|---:|"]
     for c in pairs:
         p = c.paired
+        needed = "" if c.seeds_for_tolerance is None else f"{c.seeds_for_tolerance:,}"
         lines.append(
             f"| {c.batch} | {c.scheme} − {c.other} | {', '.join(map(str, p.seeds))} | "
             f"{', '.join(f'{d:+.3g}' for d in p.differences)} | {p.mean:+.3g} | {_interval(p)} | "
-            f"{_reads(c.scheme, p.reading(summary.higher_is_better))} |")
+            f"{_reads(c, c.reading(summary.higher_is_better))} | {needed} |")
     return lines + [""]
+
+
+def _tolerance(c: SideBySide) -> str:
+    return "the tolerance" if c.tolerance is None else f"±{c.tolerance:.3g}"
 
 
 def side_by_side_lines(summary: SweepSummary) -> list[str]:
@@ -130,9 +138,13 @@ def side_by_side_lines(summary: SweepSummary) -> list[str]:
     for c in summary.side_by_side():
         p, n = c.paired, len(c.paired.seeds)
         interval = "" if p.half_width is None else f" (95% interval {_interval(p)})"
+        reading = c.reading(summary.higher_is_better)
+        needed = ("" if reading != "level" or c.seeds_for_tolerance is None
+                  or c.seeds_for_tolerance <= n else
+                  f"; about {c.seeds_for_tolerance:,} paired seeds would narrow the interval to "
+                  f"±{c.tolerance:.3g}, the tolerance")
         out.append(f"{c.scheme} − {c.other} at {c.batch}: {p.mean:+.3g} over {n} seed"
-                   f"{'s' if n > 1 else ''}{interval}: "
-                   f"{_reads(c.scheme, p.reading(summary.higher_is_better))}")
+                   f"{'s' if n > 1 else ''}{interval}: {_reads(c, reading)}{needed}")
     return out
 
 
@@ -142,9 +154,10 @@ def _interval(p: Paired) -> str:
     return f"{p.mean - p.half_width:+.3g} to {p.mean + p.half_width:+.3g}"
 
 
-def _reads(scheme: str, reading: str) -> str:
-    return {"ahead": f"{scheme} ahead", "behind": f"{scheme} behind",
-            "level": "not told apart", "one seed": "one seed, no interval"}[reading]
+def _reads(c: SideBySide, reading: str) -> str:
+    return {"ahead": f"{c.scheme} ahead", "behind": f"{c.scheme} behind",
+            "within": f"level within {_tolerance(c)}", "level": "not told apart",
+            "one seed": "one seed, no interval"}[reading]
 
 
 def _time_forecast(summary: SweepSummary, settings: dict[str, Any]) -> list[str]:
