@@ -620,7 +620,8 @@ BatchesOpt = Annotated[str, _opt(
 SchemesOpt = Annotated[str, typer.Option(
     "--schemes", help="Comma-separated: date, paper, linear, none, lars, lamb, adam.")]
 RepeatsOpt = Annotated[int, typer.Option(
-    "--repeats", "-r", min=1, help="Seeds per cell: train.seed, train.seed + 1, ...")]
+    "--repeats", "-r", min=1, help="Seeds per cell: train.seed, train.seed + 1, ... (the "
+    "report says how many would narrow a close call to the tolerance).")]
 JobsOpt = Annotated[int, typer.Option(
     "--jobs", "-j", min=1, help="Cells trained at once (the CPU threads are shared out).")]
 SweepOutputOpt = Annotated[Optional[Path], _path_opt(
@@ -629,7 +630,8 @@ GridOpt = Annotated[str, typer.Option(
     "--lr-grid", help="Peak LRs tried by lars, lamb and adam; the best per batch is kept.")]
 ToleranceOpt = Annotated[str, typer.Option(
     "--tolerance", help="How close to the baseline's metric counts as holding it: an amount in "
-    "the metric's units (0.3) or a percentage (5%).")]
+    "the metric's units (0.3) or a percentage (5%); schemes whose seed-by-seed interval lies "
+    "within it read level.")]
 EvalsOpt = Annotated[int, typer.Option(
     "--evals", min=1, help="Evaluations per cell, evenly spaced (time-to-accuracy is read at "
     "them).")]
