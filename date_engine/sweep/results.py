@@ -192,6 +192,8 @@ T_975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622
          2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
          2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423)
 """Student's t at 0.975 for 1 to 30 degrees of freedom (two-sided 95%)."""
+Z_975 = 1.959964
+"""The normal quantile at 0.975: t_975's limit."""
 
 
 def t_975(df: int) -> float:
@@ -201,7 +203,7 @@ def t_975(df: int) -> float:
         raise ValueError("a t interval needs at least one degree of freedom")
     if df <= len(T_975):
         return T_975[df - 1]
-    z = 1.959964
+    z = Z_975
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
@@ -236,7 +238,7 @@ class Paired:
         if len(self.differences) < 2 or width <= 0:
             return None
         spread = statistics.stdev(self.differences)
-        n = max(2, math.ceil((1.959964 * spread / width) ** 2))  # t > z: never past the answer
+        n = max(2, math.ceil((Z_975 * spread / width) ** 2))  # t > z: never past the answer
         while t_975(n - 1) * spread / math.sqrt(n) > width:
             n += 1
         return n
@@ -264,9 +266,12 @@ class SideBySide:
     paired: Paired
     tolerance: float | None = None
     """The sweep's tolerance in the metric's units (None before the baseline finished)."""
-    seeds_for_tolerance: int | None = None
-    """Paired seeds whose 95% interval would be ±``tolerance``
-    (:meth:`Paired.seeds_for_half_width`)."""
+
+    @property
+    def seeds_for_tolerance(self) -> int | None:
+        """Paired seeds whose 95% interval would be ±``tolerance``
+        (:meth:`Paired.seeds_for_half_width`)."""
+        return None if self.tolerance is None else self.paired.seeds_for_half_width(self.tolerance)
 
     def reading(self, higher_is_better: bool) -> str:
         return self.paired.reading(higher_is_better, self.tolerance)
@@ -352,9 +357,7 @@ class SweepSummary:
             others = [s for s in schemes if s != reference and s in at]
             for scheme in others:
                 if (pair := paired(mine, _finished(at[scheme]))) is not None:
-                    out.append(SideBySide(
-                        batch, reference, scheme, pair, tolerance,
-                        None if tolerance is None else pair.seeds_for_half_width(tolerance)))
+                    out.append(SideBySide(batch, reference, scheme, pair, tolerance))
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -374,7 +377,8 @@ class SweepSummary:
             "baseline": group(self.baseline),
             "groups": [group(g) for g in self.groups],
             "side_by_side": [
-                {**asdict(c), "reading": c.reading(self.higher_is_better)}
+                {**asdict(c), "reading": c.reading(self.higher_is_better),
+                 "seeds_for_tolerance": c.seeds_for_tolerance}
                 for c in self.side_by_side()
             ],
         }
