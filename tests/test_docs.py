@@ -1137,13 +1137,13 @@ def test_the_32x_seed_by_seed_tables_are_the_sweeps():
     """results.md's seed-by-seed section: every cell of its tables from the sweeps, and each
     sentence's paired mean, interval and count from date_engine's own side-by-side (paired);
     the pre-registered λ check's two criteria from the cells, and the rule that stayed."""
-    import statistics
-    from statistics import fmean
+    from statistics import fmean, stdev
 
     from date_engine.sweep.results import paired
 
-    section = _section((ROOT / "docs" / "results.md").read_text(),
-                       "### At 32× in the baseline's epochs, seed by seed").split("\n## ")[0]
+    results = (ROOT / "docs" / "results.md").read_text()
+    section = _section(results, "### At 32× in the baseline's epochs, seed by seed").split(
+        "\n## ")[0]
     text = " ".join(section.split())
     main, decay = (t for t in _tables(section) if t)
     cells: dict[tuple[str, int], dict[str, dict[int, float]]] = {}
@@ -1176,7 +1176,7 @@ def test_the_32x_seed_by_seed_tables_are_the_sweeps():
             f"of {len(p.seeds)} seeds").replace("-", "−") in text
     assert p.reading(True) == "level" and p.mean < 0
     assert f"missed by the mean by {-p.mean:.2f}" in text
-    spread, needed = statistics.stdev(p.differences), p.seeds_for_half_width(0.3)
+    spread, needed = stdev(p.differences), p.seeds_for_half_width(0.3)
     assert (f"the difference moves {spread:.2f} points from seed to seed, and an interval of "
             f"±0.3 (the study's tolerance) would take {needed} paired seeds") in text
     sweep_md = " ".join((ROOT / "docs" / "sweep.md").read_text().split())
@@ -1193,8 +1193,7 @@ def test_the_32x_seed_by_seed_tables_are_the_sweeps():
             f"{sum(d > 0 for d in p.differences)} of {len(p.seeds)} and level on "
             f"{'one' if p.differences.count(0.0) == 1 else p.differences.count(0.0)}"
             ).replace("-", "−") in text
-    bert_section = " ".join(_section((ROOT / "docs" / "results.md").read_text(),
-                                     "## Transformers: bert-mlm").split())
+    bert_section = " ".join(_section(results, "## Transformers: bert-mlm").split())
     assert sorted(bert["default"]) == [0, 1, 4, 5, 6, 7]
     assert p.reading(True, tolerance=0.5) == "within"  # the question fixed before seeds 6, 7 ran
     assert (f"−{-p.mean + p.half_width:.2f} to +{p.mean + p.half_width:.2f}), above on "
@@ -1215,13 +1214,12 @@ def test_the_32x_seed_by_seed_tables_are_the_sweeps():
                 f"{p.mean + p.half_width:+.2f}), above on {sum(d > 0 for d in p.differences)} "
                 f"of {len(p.seeds)}").replace("-", "−") in text
     wide, narrow = (list(fashion[4096][col].values()) for col in ("paper", "default"))
-    sd = statistics.stdev
-    assert (f"({min(wide):.2f} to {max(wide):.2f}, standard deviation {sd(wide):.2f}, "
-            f"against {min(narrow):.2f} to {max(narrow):.2f}, {sd(narrow):.2f}): "
+    assert (f"({min(wide):.2f} to {max(wide):.2f}, standard deviation {stdev(wide):.2f}, "
+            f"against {min(narrow):.2f} to {max(narrow):.2f}, {stdev(narrow):.2f}): "
             f"{sum(v < min(narrow) for v in wide)} of its {len(wide)} end below the default's "
             "lowest") in text
     assert sorted(fashion[4096]["kept"]) == [0, 1]
-    short = " ".join(_section((ROOT / "docs" / "results.md").read_text(), "## In short").split())
+    short = " ".join(_section(results, "## In short").split())
     p = paired(fashion[4096]["default"], fashion[4096]["paper"])
     assert (f"on the ViT trained on Fashion-MNIST, held out, {p.mean:.2f} above the paper's rule "
             f"at 32× over eight paired seeds, not told apart either") in short
