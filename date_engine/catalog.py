@@ -96,7 +96,7 @@ ADAPTIVE_RULE = BatchRule(
     steps_limited_reason="the SDE's √k: the probe's LR check found twice the baseline's LR trains "
     "it no faster, and there k^0.75 overshot where √k did not (measured: docs/results.md)")
 ADAGRAD_RULE = BatchRule(
-    0.5, "the paper's √k: on lenet-mnist at 16× it held best (k^0 and k lost; docs/results.md)")
+    0.5, "the paper's √k: it held best where k^0 and k lost (measured: docs/results.md)")
 
 
 def _entry(name: str, family: Family, cls: str, in_spec: bool = True,

@@ -689,10 +689,9 @@ def _warmup_too_long(batch, k, w0, w, total, max_batch) -> str:
             "epochs."
         )
     return (
-        f"batch {batch} is too large for LEGW with this baseline: warmup would last "
-        f"k·w0 = {fmt(k)} × {fmt(w0)} = {w:.4g} epochs but training lasts {total:.4g} "
-        f"epochs; LEGW fits up to batch {max_batch}. Choose a smaller --batch, train the "
-        "baseline for more epochs, or shorten baseline.warmup_epochs."
+        f"batch {batch}: LEGW's warmup, k·w0 = {fmt(k)} × {fmt(w0)} = {w:.4g} epochs, would "
+        f"outlast training's {total:.4g}; LEGW fits up to batch {max_batch} (or train more "
+        "epochs, or shorten baseline.warmup_epochs)."
     )
 
 

@@ -177,8 +177,6 @@ class Probe:
     def read(cls, path: str | Path) -> Probe:
         """probe.json as ``date probe`` wrote it, or a DateError naming the file, the field and
         the fix. Only a regular file is opened (a FIFO or a device would block the read)."""
-        from pydantic import TypeAdapter, ValidationError
-
         path = Path(path)
         again = "run date probe SPEC again"
         if not path.exists():
@@ -193,11 +191,18 @@ class Probe:
         except (OSError, ValueError) as exc:
             raise DateError(f"probe {path}: not a probe written by date probe ({exc}); "
                             f"{again}.") from None
+        return cls.from_dict(data, str(path))
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str) -> Probe:
+        """A probe from probe.json's object (``source`` names where it came from, in errors)."""
+        from pydantic import TypeAdapter, ValidationError
+
+        again, path = "run date probe SPEC again", source
         if not isinstance(data, dict) or data.get("format") != PROBE_FORMAT:
             raise DateError(f"probe {path}: not a probe.json of this version of date_engine "
                             f"(format {PROBE_FORMAT}); {again}.")
-        data.pop("curve", None)
-        data.pop("path", None)
+        data = {k: v for k, v in data.items() if k not in ("curve", "path")}
         try:
             probe = TypeAdapter(cls).validate_json(json.dumps(data), strict=True)
         except ValidationError as exc:
@@ -207,7 +212,7 @@ class Probe:
                             f"{again}.") from None
         except ValueError as exc:  # the checks of __post_init__
             raise DateError(f"probe {path}: {exc}; {again}.") from None
-        object.__setattr__(probe, "path", str(path))
+        object.__setattr__(probe, "path", path)
         return probe
 
     def matching(self, identity: dict[str, Any]) -> Probe:

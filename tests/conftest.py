@@ -95,3 +95,15 @@ def two_processes(tmp_path_factory):
     result = date("scale", SPEC, *TWO, "-o", out)
     assert result.returncode == 0, result.stdout + result.stderr
     return out
+
+
+@pytest.fixture
+def stored_probe(tmp_path):
+    """A probe of the studies (docs/results/probes.jsonl), written out as the probe.json `date
+    probe` wrote: ``stored_probe("probes-lrcheck/bert-mlm-seed0")`` -> its path."""
+    from benchmarks.results_data import write_probe
+
+    def write(name: str) -> Path:
+        return write_probe(name, tmp_path / f"{name.replace('/', '-')}.json")
+
+    return write

@@ -221,13 +221,11 @@ def test_an_lr_check_run_that_diverges_reads_steps_limited(tmp_path, monkeypatch
         (None, 143)
 
 
-def test_date_probe_prints_the_lr_check_and_its_forecast():
+def test_date_probe_prints_the_lr_check_and_its_forecast(stored_probe):
     """What `date probe` prints of a probe.json: the check's two losses and verdict, and a
     forecast table that follows it (bert-mlm's stored probe, where twice the LR trained no
     faster: every batch loses at the baseline's epochs; the same probe unchecked: the noise
     scale's forecast, and a pointer to the check)."""
-    from pathlib import Path
-
     from rich.console import Console
 
     from date_engine.view.probe import render_probe
@@ -237,17 +235,15 @@ def test_date_probe_prints_the_lr_check_and_its_forecast():
         console.print(render_probe(probe, "t"))
         return " ".join(console.export_text().split())
 
-    root = Path(__file__).resolve().parent.parent / "docs" / "results" / "probes-lrcheck"
-    probe = Probe.read(root / "bert-mlm-seed0" / "probe.json")
+    probe = Probe.read(stored_probe("probes-lrcheck/bert-mlm-seed0"))
     words = shown(probe)
-    assert (f"end their second half at a loss of {probe.lr_check.loss:.4g}, against "
-            f"{probe.lr_check.baseline_loss:.4g} at the baseline's LR: a larger LR does not "
-            "train it faster") in words
+    assert (f"end at a loss of {probe.lr_check.loss:.4g} against "
+            f"{probe.lr_check.baseline_loss:.4g}: a larger LR does not train faster") in words
     assert "holds" not in words.split("Forecast", 1)[1]  # 2× already loses
-    assert "at the baseline's epochs ≈ 42:" in words
+    assert "B_hold ≈ 42:" in words
     lost = shown(dataclasses.replace(probe, lr_check=LRCheck(2.0, None, 6.0)))
-    assert "2× the LR stopped on a non-finite loss (the baseline's LR ends them at 6)" in lost
-    assert "does not train it faster" in lost
+    assert "stopped on a non-finite loss (6 at the baseline's)" in lost
+    assert "does not train faster" in lost
     unchecked = shown(dataclasses.replace(probe, lr_check=None))
     assert "LR check: not run" in unchecked and "│ holds │" in unchecked
 

@@ -92,7 +92,10 @@ class CellResult:
     reached_s: float | None = None
 
     def reach(self, target: float, higher_is_better: bool) -> None:
-        """Set the first evaluation at which the metric reaches ``target``."""
+        """Set the first evaluation at which the metric reaches ``target`` (a result read back
+        from stored data, which keeps no evaluations, keeps what it was stored with)."""
+        if not self.evals:
+            return
         self.reached_step = self.reached_s = None
         for step, seconds, value in self.evals:
             if (

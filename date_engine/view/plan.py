@@ -9,12 +9,12 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from date_engine.catalog import entry, step_path
-from date_engine.forecast import HELD_OUT_MISS, PLATEAU_MISS, STEPS_LIMITED_MISSES
+from date_engine.catalog import step_path
+from date_engine.forecast import HELD_OUT_MISS, STEPS_LIMITED_MISSES
 from date_engine.plan import Plan, fmt
 from date_engine.runplan import BatchSplit, RunPlan, Sharding
 from date_engine.view.chart import Series, line_chart
-from date_engine.view.console import bytes_text
+from date_engine.view.console import LR_CHECK_DOC, NOISE_DOC, bytes_text
 
 __all__ = ["describe_optimizer", "describe_split", "render_comparison", "render_plan",
            "scheme_name"]
@@ -122,61 +122,44 @@ def _forecast_lines(plan: Plan) -> list[Text]:
                      style="dim")] if b > b0 else []
     e0 = plan.baseline_iterations * b0 / plan.dataset_size
     curve = plan.noise_curve
+    how = _how_many(plan.baseline_iterations, ahead.steps)
     text = Text("Forecast ", style="bold")
-    text.append("(probe: steps-limited — twice the LR did not lower its loss, so B_noise is taken "
-                "as 0 and every batch needs the baseline's steps)" if curve.steps_limited else
-                f"(probe: B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}, fitted on epochs "
-                f"{curve.first:.3g}–{curve.last:.3g} and extrapolated to {e0:.4g}, "
-                f"{e0 / curve.last:.3g}× past the probe)")
-    text.append(": reaching the baseline's loss "
-                f"at batch {b:,} takes {ahead.factor:.3g} × {e0:.4g} = {ahead.epochs:.4g} epochs, "
-                f"{ahead.steps:,} steps against the baseline's {plan.baseline_iterations:,} "
-                f"({_how_many(plan.baseline_iterations, ahead.steps)}); the largest batch "
-                f"expected to hold accuracy at the baseline's epochs ≈ {ahead.holding_batch:,}.")
-    lines = [text, _how_sure(plan)]
+    text.append(f"at batch {b:,}: {ahead.epochs:.4g} epochs ({ahead.factor:.3g}× the baseline's) "
+                f"to reach its loss, {ahead.steps:,} steps ({how} "
+                f"{'as' if how == 'as many' else 'than'} its {plan.baseline_iterations:,}); "
+                "B_hold, the largest batch expected to hold in its epochs, "
+                f"≈ {ahead.holding_batch:,}.")
+    basis = Text(
+        "From the probe's LR check: twice the LR trained no faster, so every batch needs the "
+        "baseline's steps." if curve.steps_limited else
+        f"From the probe's fit B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g} over epochs "
+        f"{curve.first:.3g}–{curve.last:.3g}, extrapolated {e0 / curve.last:.3g}× past it.",
+        style="dim")
+    lines = [text, basis, _how_sure(plan)]
+    if not curve.lr_checked:
+        lines.append(Text("note: this probe ran without the LR check, which tells a baseline a "
+                          "larger LR cannot speed up; date probe runs it unless --no-lr-check.",
+                          style="yellow"))
     same_epochs_steps = math.ceil(plan.baseline_iterations * b0 / b)
     if plan.budget == "ramp" and plan.total_iterations > same_epochs_steps:
         lines.append(Text(
             f"note: this ramp plans {plan.total_iterations:,} steps, more than the "
-            f"{same_epochs_steps:,} of the baseline's epochs at batch {b:,} (its smaller "
-            "batches take more steps)" + ("; at this batch the baseline's epochs are expected "
-                                          "to hold, and --budget same-epochs takes fewer."
-                                          if not ahead.loses_at_same_epochs else "."),
+            f"{same_epochs_steps:,} of the baseline's epochs at batch {b:,}"
+            + ("; those epochs are expected to hold here, in fewer steps."
+               if not ahead.loses_at_same_epochs else " (its smaller batches take more steps)."),
             style="yellow"))
-    if plan.budget == "same-epochs" and not ahead.loses_at_same_epochs and b > b0:
-        lines.append(Text(
-            f"batch {b:,} is within {ahead.holding_batch:,}: the baseline's epochs are expected to "
-            "hold accuracy, and no budget is needed (--budget hold or ramp would train longer).",
-            style="green"))
-    if plan.budget == "same-epochs" and ahead.loses_at_same_epochs:
-        lines.append(Text(
-            f"warning: batch {b:,} is beyond {ahead.holding_batch:,}, the largest expected to "
-            "hold accuracy at the baseline's epochs: "
-            f"training the baseline's {e0:.4g} epochs is expected to lose accuracy; "
-            f"--budget hold trains {ahead.epochs:.4g} epochs instead; --budget ramp grows the "
-            f"batch to {b:,} as the run's noise scale allows, which held accuracy with fewer "
-            "samples in our studies" + (" — of the two whose probe read steps-limited where it "
-                                        "ran, on vit-mnist and not on bert-mlm (docs/noise.md)."
-                                        if curve.steps_limited else " (docs/noise.md)."),
-            style="yellow"))
+    if plan.budget == "same-epochs" and b > b0:
+        lines.append(_verdict(plan))
     if curve.steps_limited and b > b0 and plan.scaling != "none":
         lines.append(Text(
-            "note: twice the LR trains this baseline no faster, and this plan raises it "
-            f"{plan.peak_lr / plan.baseline_lr:.3g}×"
-            + (" (√k: the default rule's exponent for this family where the check reads so)"
-               if plan.scaling == "power" and plan.lr_exponent ==
-               entry(plan.optimizer.name).batch_rule.steps_limited_exponent else "")
-            + ". Of the two studies the check read so where it was tried, "
-            "keeping the baseline's LR, warmup and optimizer values (--set date.rule=paper --set "
-            "date.scaling=none --set date.warmup=constant) held bert-mlm at 2× and 8× its batch "
-            "in the baseline's steps where the rule's LR lost, and lost to the rule on vit-mnist "
-            "at 2× and 8× in the baseline's epochs (docs/results.md).", style="yellow"))
+            "note: twice the LR trains this baseline no faster, yet this plan raises it "
+            f"{plan.peak_lr / plan.baseline_lr:.3g}×; --set date.scaling=none keeps the "
+            "baseline's LR.", style="yellow"))
     if plan.budget == "ramp" and curve.steps_limited:
         lines.append(Text(
-            "warning: the probe's LR check found the baseline steps-limited, and a ramp saves "
-            "steps by training larger batches sooner: of the two studies where a baseline read "
-            "so, the ramp held at 32× on vit-mnist and lost on bert-mlm, a masked LM "
-            "(docs/noise.md, \"The LR check\").", style="yellow"))
+            "warning: the LR check read this baseline steps-limited, where a ramp's larger "
+            "batches may not save steps; --budget hold trains the baseline's steps.",
+            style="yellow"))
     return lines
 
 
@@ -223,11 +206,8 @@ def _ramp_table(plan: Plan, split: BatchSplit) -> list[RenderableType]:
     lines: list[RenderableType] = [table]
     if measured:
         lines.append(Text(
-            "date.ramp measured: the run moves up to batch B_j of the ladder once the noise scale "
-            f"it measures (once measurable and risen from its lowest) has reached B_j / ρ, ρ = "
-            f"{fmt(plan.ramp_reach)} — each stage starts there or, at the latest, where the table "
-            "puts it; the same samples in all, fewer steps with every earlier start.",
-            style="dim"))
+            "date.ramp measured: each stage starts once the run's own noise scale reaches B_j / ρ "
+            f"(ρ = {fmt(plan.ramp_reach)}), at the latest where the table puts it.", style="dim"))
     if plan.ramp[-1].batch != plan.target_batch:
         then = (f"; the run goes on to {plan.target_batch:,} if its measured noise scale does"
                 if measured else "")
@@ -286,42 +266,49 @@ def _how_many(baseline_steps: int, steps: int) -> str:
 
 
 def _how_sure(plan: Plan) -> Text:
-    """One sentence on how far the forecast can be trusted: the probe's own uncertainty (B_hold
-    one standard error of its fit either side) and how far the fit is extrapolated."""
+    """One line on how far the forecast can be trusted: the range of B_hold over one standard
+    error of the probe's fit, the worst miss measured where the constant was not chosen, a link."""
     ahead, curve = plan.forecast, plan.noise_curve
-    e0 = plan.baseline_iterations * plan.baseline_batch / plan.dataset_size
     if curve.steps_limited:
-        misses = dict(STEPS_LIMITED_MISSES)
-        return Text("How sure: the probe's LR check, not its noise scale, sets this forecast; "
-                    f"on the three studies where a baseline read so its B_hold was "
-                    f"{misses['bert-mlm']:g}× off the largest batch that held in the baseline's "
-                    f"epochs on bert-mlm, where none above the baseline's did, "
-                    f"{misses['vit-mnist']:g}× on vit-mnist at its best LR, where twice its "
-                    f"batch did, and {misses['lenet-mnist']:g}× on lenet-mnist at 8× its LR, "
-                    "where 16× did under the √k this rule then takes: below it, the forecast "
-                    "can be far too cautious (docs/noise.md, \"The LR check\").",
-                    style="yellow")
-    reach = f"extrapolated {e0 / curve.last:.3g}× past the probe's last point"
+        misses = [miss for _, miss in STEPS_LIMITED_MISSES]
+        return Text(f"How sure: set by the LR check, not the noise scale; where probes read so, "
+                    f"B_hold was {min(misses):g}–{max(misses):g}× off the largest batch that "
+                    f"held ({LR_CHECK_DOC}).", style="yellow")
     if ahead.holding_low is None:
-        return Text(f"How sure: not measured — the fit has {curve.points or 'too few'} points, "
-                    f"{reach}; a longer probe (--share) measures its spread.", style="yellow")
+        return Text(f"How sure: not measured (the fit has {curve.points or 'too few'} points); "
+                    f"a longer probe (--share) measures it ({NOISE_DOC}).", style="yellow")
     low, high = ahead.holding_low, ahead.holding_high
-    wide = high > 2 * low
-    return Text(
-        f"How sure: within one standard error of the probe's fit ({curve.points} points) "
-        f"B_hold lies in {low:,}–{high:,}"
-        + ("; that spans more than 2×, so the forecast cannot be trusted at this length of "
-           "probe: a longer probe (--share) narrows it." if wide else
-           f"; that is the probe's scatter only: on studies its constant was not chosen on, "
-           f"B_hold missed the largest batch that held by up to {HELD_OUT_MISS:g}×"
-           + (" (docs/noise.md, \"Held out\"); the LR check found that twice the LR trains the "
-              "baseline faster, as on every study where a larger batch held." if curve.lr_checked
-              else f", and on a masked LM whose accuracy waits on a plateau it was "
-              f"{PLATEAU_MISS:g}× the batch that held, which the probe's LR check (not run for "
-              "this probe) tells apart (docs/noise.md, \"Held out\").")
-           + " It assumes the baseline trains at its best LR: from one below it, a larger batch "
-           "may hold beyond B_hold."),
-        style="yellow" if wide else "")
+    if high > 2 * low:
+        return Text(f"How sure: B_hold {low:,}–{high:,} over one standard error of the fit, too "
+                    f"wide to trust; a longer probe (--share) narrows it ({NOISE_DOC}).",
+                    style="yellow")
+    return Text(f"How sure: B_hold {low:,}–{high:,} over one standard error of the fit; on "
+                f"held-out studies it missed by up to {HELD_OUT_MISS:g}× ({NOISE_DOC}).")
+
+
+def _verdict(plan: Plan) -> Text:
+    """Whether the baseline's epochs are expected to hold at the target batch, as sure as the
+    how-sure line is."""
+    ahead, b = plan.forecast, plan.target_batch
+    low, high, hold = ahead.holding_low, ahead.holding_high, ahead.holding_batch
+    e0 = plan.baseline_iterations * plan.baseline_batch / plan.dataset_size
+    trusted = plan.noise_curve.steps_limited or (low is not None and high <= 2 * low)
+    if ahead.loses_at_same_epochs:
+        sure = "are expected to lose" if low is None or b > high else "may lose"
+        return Text(f"warning: at batch {b:,}, beyond B_hold ≈ {hold:,}, the baseline's "
+                    f"{e0:.4g} epochs {sure} accuracy; --budget hold trains "
+                    f"{ahead.epochs:.4g} epochs, --budget ramp grows the batch as it can.",
+                    style="yellow")
+    if low is not None and b > low:
+        return Text(f"batch {b:,} is within B_hold ≈ {hold:,} but inside its range "
+                    f"({low:,}–{high:,}): the baseline's epochs may hold accuracy; --budget hold "
+                    "is the cautious choice.", style="yellow")
+    where = f"below B_hold's whole range ({low:,}–{high:,})" if low is not None else \
+        f"within B_hold ≈ {hold:,}"
+    return Text(f"batch {b:,} is {where}: the baseline's epochs are expected to hold accuracy"
+                + ("; no budget is needed." if trusted else
+                   ", though that range is too wide to be sure."),
+                style="green" if trusted else "yellow")
 
 
 def describe_optimizer(plan: Plan) -> str:

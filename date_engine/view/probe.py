@@ -9,8 +9,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from date_engine.forecast import PLATEAU_MISS, forecast, holding_batch
+from date_engine.forecast import forecast, holding_batch
 from date_engine.probe import Probe
+from date_engine.view.console import LR_CHECK_DOC
 
 __all__ = ["FORECAST_SCALES", "probe_figure", "render_probe"]
 
@@ -52,9 +53,8 @@ def render_probe(probe: Probe, title: str) -> Group:
              f"B_noise({e0:.4g}) ≈ {curve(e0):,.0f})."),
         lr_check_line(probe),
         table,
-        Text(f"Largest batch expected to hold accuracy at the baseline's epochs ≈ {hold:,}: "
-             "beyond it, reaching the baseline's loss is forecast to take more than a third more "
-             "epochs, and same-epoch training to lose accuracy (docs/noise.md)."),
+        Text(f"B_hold ≈ {hold:,}: the largest batch expected to hold accuracy in the baseline's "
+             "epochs (beyond it, reaching its loss takes a third more epochs)."),
     ]
     return Group(*lines)
 
@@ -63,22 +63,16 @@ def lr_check_line(probe: Probe) -> Text:
     """What the LR check measured and what the forecast makes of it."""
     check = probe.lr_check
     if check is None:
-        return Text(f"LR check: not run (--no-lr-check, or no loss logged in the probe's second "
-                    f"half). Without it a baseline whose steps a larger LR cannot shorten is "
-                    f"forecast from the noise scale alone, which put B_hold at {PLATEAU_MISS:g}× "
-                    f"the batch that held on a masked LM (docs/noise.md, \"The LR check\").",
-                    style="dim")
-    said = (f"LR check: the probe's {probe.steps:,} steps again at {check.factor:g}× the LR " + (
-        f"end their second half at a loss of {check.loss:.4g}, against {check.baseline_loss:.4g} "
-        "at the baseline's LR" if check.loss is not None else
-        f"stopped on a non-finite loss (the baseline's LR ends them at {check.baseline_loss:.4g})"))
+        return Text("LR check: not run (--no-lr-check, or no loss logged in the probe's second "
+                    "half); the forecast reads the noise scale alone.", style="dim")
+    said = (f"LR check: at {check.factor:g}× the LR the probe's steps end at a loss of "
+            f"{check.loss:.4g} against {check.baseline_loss:.4g}" if check.loss is not None else
+            f"LR check: at {check.factor:g}× the LR the probe's steps stopped on a non-finite "
+            f"loss ({check.baseline_loss:.4g} at the baseline's)")
     if check.gains:
-        return Text(said + ": a larger LR trains it faster, and the forecast reads the noise "
-                    "scale.")
-    return Text(said + ": a larger LR does not train it faster, so a larger batch's larger LR "
-                "is not expected to save steps. The forecast takes B_noise as 0: every batch needs "
-                "the baseline's steps (f = B/B0), and B_hold = 4/3 · B0 (docs/noise.md, \"The LR "
-                "check\").", style="yellow")
+        return Text(said + ": a larger LR trains faster, and the forecast reads the noise scale.")
+    return Text(said + ": a larger LR does not train faster, so every batch is forecast to need "
+                f"the baseline's steps ({LR_CHECK_DOC}).", style="yellow")
 
 
 def _scale(value: float | None) -> str:

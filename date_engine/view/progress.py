@@ -127,9 +127,8 @@ def run_notes(config, recipe: str, planned: RunPlan, steps_plan: RunPlan, stop_a
             f"({backend or 'one process'}), writing only to a temporary folder."))
     if steps_plan.follows_noise:
         lines.append(note_line(
-            "the batch ramp follows the noise scale this run measures: each stage above starts "
-            "where its batch is reached, at the latest where the table puts it, and every "
-            "earlier start shortens the run (plan.json is rewritten at each)."))
+            "the batch ramp follows the noise scale this run measures; plan.json is rewritten "
+            "at each move up."))
     return lines
 
 

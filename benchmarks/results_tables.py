@@ -1,0 +1,300 @@
+"""Regenerate the results tables of README.md and docs/*.md from the data in docs/results.
+
+    python -m benchmarks.results_tables            # rewrite every generated table in place
+    python -m benchmarks.results_tables --check    # exit 1, naming each table that differs
+
+A generated table sits between ``<!-- generated: NAME -->`` and ``<!-- end generated -->``; what
+is between the two lines is replaced by ``TABLES[NAME]()``. Δ is a scheme's mean metric minus its
+sweep's own baseline (seeds pooled over the sweeps named, each sweep's Δ weighted by its seeds);
+accuracy in points, perplexity where the study is a language model (lower is better).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks import holdout
+from benchmarks.results_data import group, seed_metrics, sweep
+from date_engine.sweep.results import paired
+
+ROOT = Path(__file__).resolve().parent.parent
+Ref = tuple[str, str]
+"""(sweep, scheme label)."""
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "" if value is None else f"{value:+.{digits}f}".replace("-", "−")
+
+
+def delta(refs: list[Ref] | Ref, batch: int) -> float | None:
+    """Δ of ``refs``' cells at ``batch`` against each sweep's baseline, weighted by seeds."""
+    refs = [refs] if isinstance(refs[0], str) and isinstance(refs[1], str) else refs
+    total = weight = 0.0
+    for name, scheme in refs:
+        g, base = group(name, scheme, batch), sweep(name).baseline
+        if g.mean is None:  # diverged
+            return None if g.results and g.results[0].status == "pending" else float("nan")
+        total += (g.mean - base.mean) * len(g.results)
+        weight += len(g.results)
+    return total / weight
+
+
+def _delta_text(refs, batch: int) -> str:
+    value = delta(refs, batch)
+    if value is None:
+        return ""
+    return "diverged" if value != value else _num(value)
+
+
+def _bold_best(cells: list[str], higher_is_better: bool = True) -> list[str]:
+    numbers = [float(c.replace("−", "-")) if c and c != "diverged" else None for c in cells]
+    finite = [n for n in numbers if n is not None]
+    if not finite:
+        return cells
+    best = (max if higher_is_better else min)(finite)
+    return [f"**{c}**" if n == best else c for c, n in zip(cells, numbers)]
+
+
+def _link(name: str, base: str) -> str:
+    return f"[{name}]({base}results/sweeps/{name}.jsonl)"
+
+
+# ------------------------------------------------------------------------------------- the tables
+
+RULES = (
+    # study (optimizer), its sweep, k: batch, higher is better
+    ("lenet-mnist (RMSprop)", "lenet-mnist-rules", 128, (1024, 2048, 4096), True),
+    ("lstm-mnist (momentum)", "lstm-mnist-momentum", 128, (512, 2048), True),
+    ("lstm-mnist-adam (Adam)", "lstm-mnist-adam", 128, (512, 2048), True),
+    ("ptb-small (SGD), perplexity", "ptb-small-rules", 20, (320,), False),
+    ("vit-mnist (AdamW)", "vit-mnist-lr4e-3-rules", 128, (1024, 4096), True),
+    ("vit-mnist (AdamW), with its probe", "vit-mnist-lr4e-3-probe-rules", 128, (1024, 4096), True),
+    ("bert-mlm (AdamW), masked accuracy", "bert4-rules", 32, (256, 1024), True),
+)
+
+
+def rules_table(base: str = "") -> str:
+    """The default rule against the paper's and linear scaling, in the baseline's epochs."""
+    lines = ["| study | k | paper (√k) | default | linear | data |",
+             "|---|---:|---:|---:|---:|---|"]
+    for study, name, b0, batches, higher in RULES:
+        for i, batch in enumerate(batches):
+            cells = _bold_best([_delta_text((name, s), batch) for s in ("paper", "date", "linear")],
+                               higher)
+            lines.append(f"| {study if i == 0 else ''} | {batch // b0} | " + " | ".join(cells)
+                         + f" | {_link(name, base) if i == 0 else ''} |")
+    return "\n".join(lines)
+
+
+EXPONENT = (
+    # study, check verdict, B0, [(k, paper refs, k^0.75 refs, √k refs)]
+    ("lenet-mnist (RMSprop)", "passes", 128, [
+        (k, [("lenet-mnist-exp-rules", "paper")], [("lenet-mnist-exp-rules", "date")],
+         [("lenet-mnist-exp-sqrt", "date")]) for k in (8, 16, 32)]),
+    ("lstm-mnist-adam (Adam)", "passes", 128, [
+        (k, [("lstm-mnist-adam-exp-rules", "paper")], [("lstm-mnist-adam-exp-rules", "date")],
+         [("lstm-mnist-adam-exp-sqrt", "date")]) for k in (4, 16)]),
+    ("fashion-lenet (RMSprop), held out", "passes", 128, [
+        (k, [("fashion-lenet-exp-sqrt", "paper")], [("fashion-lenet-exp-rules", "date")],
+         [("fashion-lenet-exp-sqrt", "date")]) for k in (8, 16, 32)]),
+    ("vit-mnist (AdamW) from 2e-3", "passes", 128, [
+        (k, [], [("vit-mnist-lr2e-3-exp-rules", "date")],
+         [("vit-mnist-lr2e-3-exp-date-sqrt", "date")]) for k in (8, 32)]),
+    ("vit-mnist (AdamW) from 4e-3", "fires", 128, [
+        *((k, [("vit-mnist-lr4e-3-small", "paper")], [("vit-mnist-lr4e-3-small", "date")],
+           [("vit-mnist-lr4e-3-date-sqrt", "date")]) for k in (2, 4, 8)),
+        (16, [("vit-mnist-lr4e-3-16x", "paper")], [("vit-mnist-lr4e-3-16x", "date")],
+         [("vit-mnist-lr4e-3-date-sqrt", "date")]),
+        (32, [("vit-mnist-lr4e-3-small", "paper"), ("vit-mnist-lr4e-3-32x-seeds23-sqrt", "paper"),
+              ("vit-mnist-lr4e-3-32x-seeds4-7", "paper")],
+         [("vit-mnist-lr4e-3-small", "date"), ("vit-mnist-lr4e-3-32x-seeds23-date", "date")],
+         [("vit-mnist-lr4e-3-date-sqrt", "date"), ("vit-mnist-lr4e-3-32x-seeds23-sqrt", "date"),
+          ("vit-mnist-lr4e-3-32x-seeds4-7", "date")])]),
+    ("lenet-mnist (RMSprop) from 8e-3, held out", "fires", 128, [
+        (k, [("lenet-mnist-lr8e-3-probe", "paper")], [("lenet-mnist-lr8e-3-rules", "date")],
+         [("lenet-mnist-lr8e-3-probe", "date")]) for k in (8, 16, 32)]),
+    ("vit on Fashion-MNIST (AdamW), held out", "fires", 128, [
+        (k, [("vit-fashion-probe", "paper"), ("vit-fashion-probe-seeds2-7", "paper")],
+         [("vit-fashion-rules", "date")],
+         [("vit-fashion-probe", "date"), ("vit-fashion-probe-seeds2-7", "date")])
+        for k in (8, 32)]),
+    ("bert-mlm (AdamW)", "fires", 32, [
+        (2, [], [("bert4-batches", "date")], [("bert4-exp-sqrt", "date")]),
+        (8, [("bert4-rules", "paper")], [("bert4-batches", "date")], [("bert4-exp-sqrt", "date")]),
+        (32, [("bert4-probe-32x", "paper")], [("bert4-batches", "date")],
+         [("bert4-probe-32x", "date")])]),
+)
+
+
+def _seeds(refs: list[Ref], batch: int) -> int:
+    return sum(len(group(n, s, batch).results) for n, s in refs)
+
+
+def exponent_table() -> str:
+    """The adaptive family's exponent alone varied: k^0.75 against √k (the rest of the rule kept),
+    the paper's rule beside them."""
+    lines = ["| study | LR check | k | paper (√k, nothing else) | k^0.75 | "
+             "√k, the rest of the rule | seeds |", "|---|---|---:|---:|---:|---:|---|"]
+    for study, check, b0, rows in EXPONENT:
+        for i, (k, paper, k75, sqrt) in enumerate(rows):
+            cells = _bold_best([_delta_text(refs, k * b0) if refs else "" for refs in
+                                (paper, k75, sqrt)])
+            seeds = ", ".join(str(_seeds(refs, k * b0)) if refs else "–"
+                              for refs in (paper, k75, sqrt))
+            lines.append(f"| {study if i == 0 else ''} | {check if i == 0 else ''} | {k} | "
+                         + " | ".join(cells) + f" | {seeds} |")
+    return "\n".join(lines)
+
+
+RAMPS = (
+    ("lenet-mnist (RMSprop)", "lenet-mnist-ramp-pairs", 4096),
+    ("lstm-mnist (momentum)", "lstm-mnist-ramp-pairs", 4096),
+    ("vit-mnist (AdamW)", "vit-mnist-lr4e-3-ramp-new", 4096),
+    ("bert-mlm (AdamW), masked accuracy", "bert4-ramp-new", 1024),
+)
+
+
+def ramp_table(base: str = "") -> str:
+    """--budget ramp at 32×, from each baseline's probe: Δ and the steps against the baseline's."""
+    lines = ["| study | batch (k) | steps (seeds) | baseline's steps | Δ | data |",
+             "|---|---:|---:|---:|---:|---|"]
+    for study, name, batch in RAMPS:
+        g, base_group = group(name, "date+ramp", batch), sweep(name).baseline
+        steps = ", ".join(f"{r.steps:,}" for r in g.results)
+        lines.append(f"| {study} | {batch:,} ({batch // base_group.batch}×) | {steps} | "
+                     f"{base_group.steps:,} | {_num(g.mean - base_group.mean)} | "
+                     f"{_link(name, base)} |")
+    return "\n".join(lines)
+
+
+README_ROWS = (
+    # study, optimizer, rules sweep, 32x batch (or largest), ramp sweep or None
+    ("lenet-mnist", "RMSprop", "lenet-mnist-rules", 4096, "lenet-mnist-ramp-pairs"),
+    ("lstm-mnist", "momentum", "lstm-mnist-momentum", 2048, "lstm-mnist-ramp-pairs"),
+    ("lstm-mnist-adam", "Adam", "lstm-mnist-adam", 2048, None),
+    ("vit-mnist", "AdamW", "vit-mnist-lr4e-3-probe-rules", 4096, "vit-mnist-lr4e-3-ramp-new"),
+    ("bert-mlm", "AdamW", "bert4-rules", 1024, "bert4-ramp-new"),
+)
+
+
+def readme_table() -> str:
+    """README's "Does accuracy hold?": the largest batch each study ran, in the baseline's epochs
+    under both rules and, with a probe, with --budget ramp."""
+    lines = ["| study (optimizer) | batch | default rule | paper's rule | default + probe, "
+             "`--budget ramp` |", "|---|---:|---:|---:|---:|"]
+    for study, opt, name, batch, ramp in README_ROWS:
+        b0 = sweep(name).baseline.batch
+        ramp_text = "not run"
+        if ramp:
+            g = group(ramp, "date+ramp", batch * 2 if batch // b0 == 16 else batch)
+            ramp_text = (f"{_num(g.mean - sweep(ramp).baseline.mean)} at {g.batch // b0}× "
+                         f"({max(r.steps for r in g.results):,} steps)")
+        lines.append(f"| {study} ({opt}) | {batch // b0}× | {_delta_text((name, 'date'), batch)} "
+                     f"| {_delta_text((name, 'paper'), batch)} | {ramp_text} |")
+    return "\n".join(lines)
+
+
+READINGS = {"ahead": "default ahead", "behind": "default behind", "level": "not told apart",
+            "within": "level within ±{tol:g}", "one seed": "one seed"}
+
+SEED_BY_SEED = (
+    ("vit-mnist from 4e-3", 4096, ["vit-mnist-lr4e-3-probe-rules",
+                                   "vit-mnist-lr4e-3-32x-seeds23-sqrt",
+                                   "vit-mnist-lr4e-3-32x-seeds4-7"], 0.3),
+    ("vit on Fashion-MNIST, held out", 1024, ["vit-fashion-probe", "vit-fashion-probe-seeds2-7"],
+     0.3),
+    ("vit on Fashion-MNIST, held out", 4096, ["vit-fashion-probe", "vit-fashion-probe-seeds2-7"],
+     0.3),
+    ("bert-mlm (masked accuracy)", 1024, ["bert4-probe-32x", "bert4-32x-seeds45",
+                                          "bert4-32x-seeds67"], 0.5),
+)
+
+
+def seed_by_seed_table() -> str:
+    """The default (with each baseline's probe) against the paper's rule, seeds paired."""
+    lines = ["| study | batch | seeds | default | paper's rule | default − paper (95% interval) "
+             "| above on | reading |", "|---|---:|---:|---:|---:|---|---|---|"]
+    for study, batch, names, tol in SEED_BY_SEED:
+        mine, theirs = seed_metrics(names, "date", batch), seed_metrics(names, "paper", batch)
+        pair = paired(mine, theirs)
+        seeds = sorted(set(mine) & set(theirs))
+        above = sum(mine[s] > theirs[s] for s in seeds)
+        reading = READINGS[pair.reading(True, tol)].format(tol=tol)
+        n, half = len(seeds), pair.half_width
+        lines.append(
+            f"| {study} | {batch:,} | {n} | {sum(mine[s] for s in seeds) / n:.2f} | "
+            f"{sum(theirs[s] for s in seeds) / n:.2f} | {_num(pair.mean)} "
+            f"({_num(pair.mean - half)} to {_num(pair.mean + half)}) | {above} of {n} | "
+            f"{reading} |")
+    return "\n".join(lines)
+
+
+def budgets_table() -> str:
+    """Every budget the plan offers at 16× and 32×, the default rule: Δ (steps of each seed)."""
+    rows: dict[tuple[str, int], dict[str, str]] = {}
+    for row in holdout.BUDGETS:
+        g = row.group
+        cell = (f"{_num(g['delta'])} ({', '.join(str(r['steps']) for r in g['results'])})"
+                + ("" if g["holds"] else " ✗"))
+        rows.setdefault((row.study, row.k), {})[row.budget] = cell
+    lines = ["| study | k | same epochs | hold | ramp |", "|---|---:|---|---|---|"]
+    order = list(dict.fromkeys(study for study, _ in rows))
+    for (study, k), cells in sorted(rows.items(), key=lambda r: (order.index(r[0][0]), r[0][1])):
+        fitted = "" if study in holdout.FITTED_ON else ", held out"
+        lines.append(f"| {study}{fitted} | {k} | " + " | ".join(
+            cells.get(b, "") for b in ("same-epochs", "hold", "ramp")) + " |")
+    return "\n".join(lines)
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "readme-accuracy": readme_table,
+    "rules": lambda: rules_table(""),
+    "exponent": exponent_table,
+    "ramp": lambda: ramp_table(""),
+    "seed-by-seed": seed_by_seed_table,
+    "budgets": budgets_table,
+    "held-out": lambda: holdout.table() + "\n\n" + holdout.summary(),
+    "nothing-held": holdout.nothing_held_table,
+    "lr-check": lambda: holdout.lr_check_table() + "\n\n" + holdout.lr_check_summary(),
+    "probe-lengths": lambda: holdout.probe_lengths_table() + "\n\n"
+    + holdout.probe_lengths_summary(),
+    "other-baselines": holdout.other_baselines_table,
+}
+
+FILES = ("README.md", "docs/results.md", "docs/noise.md")
+_BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end generated -->)", re.S)
+
+
+def render(text: str) -> str:
+    """``text`` with every generated block rewritten from the data."""
+    return _BLOCK.sub(lambda m: m.group(1) + TABLES[m.group(2)]() + "\n" + m.group(4), text)
+
+
+def stale(root: Path = ROOT) -> list[str]:
+    """'FILE: NAME' for each generated table whose text differs from what the data gives."""
+    out = []
+    for name in FILES:
+        text = (root / name).read_text()
+        for m in _BLOCK.finditer(text):
+            if m.group(3) != TABLES[m.group(2)]() + "\n":
+                out.append(f"{name}: {m.group(2)}")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if "--check" in argv:
+        differ = stale()
+        for line in differ:
+            print(f"{line}: edited by hand or stale; run python -m benchmarks.results_tables")
+        return 1 if differ else 0
+    for name in FILES:
+        path = ROOT / name
+        path.write_text(render(path.read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,48 @@
+"""Store a finished `date sweep` as data: its results.json -> docs/results/sweeps/NAME.jsonl.
+
+    python -m benchmarks.store_sweep sweeps/lenet-mnist-rules [--name NAME]
+
+The first line holds the sweep's settings (command, machine, schemes, budgets, tolerance, metric);
+every other line is one cell (benchmarks/results_data.py reads them back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks.results_data import RESULTS
+
+
+def lines(name: str, results: dict[str, Any]) -> list[str]:
+    """The JSON Lines of one sweep's results.json."""
+    settings, summary = results["settings"], results["summary"]
+    header = {"sweep": name, "metric": summary["metric"],
+              "higher_is_better": summary["higher_is_better"], "settings": settings}
+    out = [json.dumps(header, separators=(",", ":"))]
+    for cell in results["cells"]:
+        scheme, _, budget = cell["scheme"].partition("+")
+        row = {"sweep": name, "recipe": settings["recipe"], "overrides": settings["overrides"],
+               "scheme": scheme, "budget": budget or None}
+        row.update({k: v for k, v in cell.items() if k != "scheme"})
+        row.update({"machine": settings["machine"], "command": settings["command"]})
+        out.append(json.dumps(row, separators=(",", ":")))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="the sweep's output folder (date sweep -o)")
+    parser.add_argument("--name", help="the data file's name (default: the folder's)")
+    args = parser.parse_args()
+    name = args.name or args.folder.name
+    results = json.loads((args.folder / "results.json").read_text())
+    path = RESULTS / "sweeps" / f"{name}.jsonl"
+    path.write_text("\n".join(lines(name, results)) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
