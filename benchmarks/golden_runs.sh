@@ -2,7 +2,7 @@
 # Golden runs for a change to the trainer: a measured-ramp lenet-digits run (2 processes, gloo) and a
 # fixed-batch one; their metrics.jsonl (wall-clock fields dropped) and plan.json go to OUTDIR/*.metrics
 # and OUTDIR/*.plan.json. Run it before and after the change and cmp the files: they must be identical.
-# usage: bash studies/golden_runs.sh OUTDIR   (from the repository root, with date-engine installed)
+# usage: bash benchmarks/golden_runs.sh OUTDIR   (from the repository root, with date-engine installed)
 set -e
 OUT=$(realpath -m "$1"); mkdir -p "$OUT"
 cd "$(dirname "$0")/.."

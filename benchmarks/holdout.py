@@ -238,7 +238,8 @@ def _median(values: list[float]) -> float:
 
 PROBE_SHARES = (0.08, 0.25, 1.0)
 """Shares of the baseline's training probed (`date probe --share`): the shipped 8% (each study's
-first probe above) and seed-0 probes of 25% and of all of it, under docs/results/probes-long."""
+first probe above) and seed-0 probes of 25% and of all of it (probes-long/* in
+docs/results/probes.jsonl)."""
 
 
 def probe_at(study: Study, share: float) -> Probe:
@@ -394,12 +395,11 @@ def budgets_table(rows: tuple[Budget, ...] = BUDGETS) -> str:
 
 
 METRICS = ("plain", "preconditioned")
-"""Every study's probes measured twice with one version of the code, under
-docs/results/probes-preconditioned: as shipped (``plain``) and with tr(Σ), |G|² and the pair
-product taken in the metric of the optimizer's second-moment estimate, |g|²_P = Σ g²/(√v̂ + ε)
+"""Every study's probes measured twice with one version of the code (probes-preconditioned/* in
+docs/results/probes.jsonl): as shipped (``plain``) and with tr(Σ), |G|² and the pair product
+taken in the metric of the optimizer's second-moment estimate, |g|²_P = Σ g²/(√v̂ + ε)
 (``preconditioned``; a patch in git history, 5eb42ee:studies/preconditioned_noise.patch). An
-optimizer without one (momentum)
-reads the same either way."""
+optimizer without one (momentum) reads the same either way."""
 
 SECOND_MOMENT = {"rmsprop": "RMSprop's", "adam": "Adam's", "adamw": "AdamW's"}
 
@@ -480,7 +480,7 @@ LR_CHECK_SEEDS = (0, 1, 2)
 
 
 def lr_check_probes(folder: str) -> tuple[str, ...]:
-    """The probe folders docs/results/probes-lrcheck/``folder``-seed<s>, seeds 0–2."""
+    """The stored probes probes-lrcheck/``folder``-seed<s>, seeds 0–2."""
     return tuple(f"probes-lrcheck/{folder}-seed{s}" for s in LR_CHECK_SEEDS)
 
 
@@ -574,7 +574,7 @@ def plateau_table(studies: tuple[Study, ...] = ALL_STUDIES + NOTHING_HELD) -> st
 
 
 def lr_checked(study: Study, folder: str) -> Study:
-    """``study`` measured by the probes under docs/results/probes-lrcheck/``folder``-seed<s>:
+    """``study`` measured by the stored probes probes-lrcheck/``folder``-seed<s>:
     ``date probe`` with its LR check, the study's own probe command, seeds 0–2."""
     return Study(study.name, lr_check_probes(folder), study.sweeps)
 

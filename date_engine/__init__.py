@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.6.0"
 
 # name -> module, imported on first access: `date +%s` (handed to the system's date) and `date
 # plan` (no torch) pay only for what they use

@@ -441,3 +441,15 @@ def test_the_transformer_recipes_quote_their_studies():
     seeds = [r.metric for r in ramp.results]
     assert (f"1024 loses {-ramp.delta:.2f} in {ramp.results[0].steps} steps (seeds "
             f"{seeds[0]:.2f}, {seeds[1]:.2f}; its LR check makes the rule sqrt(k))") in bert
+
+
+def test_the_changelogs_newest_release_is_the_version_pyproject_carries():
+    import date_engine
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    releases = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d\d-\d\d$",
+                          (ROOT / "CHANGELOG.md").read_text(), flags=re.M)
+    assert releases[0] == version == date_engine.__version__
+    assert releases[-1] == "0.1.0"

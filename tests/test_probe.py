@@ -308,7 +308,8 @@ def test_date_probe_trains_a_share_of_the_baseline_and_writes_its_forecast(probe
     assert all("noise_scale" in r and "grad_sq_pair" in r for r in records)
     assert any(p.simple_scale is not None for p in probe.points)
     words = " ".join(result.stdout.split())
-    assert "expected to hold accuracy at the baseline's epochs" in words and "date plan" in words
+    assert "the largest batch expected to hold accuracy in the baseline's epochs" in words
+    assert "date plan" in words
     # the LR check: the same steps at twice the LR, from the same start, losses compared
     check = RunFolder(folder / "lr-check")
     assert check.read_summary().steps == probe.steps
@@ -319,7 +320,7 @@ def test_date_probe_trains_a_share_of_the_baseline_and_writes_its_forecast(probe
                                                                  probe.steps))
     assert probe.lr_check.baseline_loss == pytest.approx(
         second_half_loss(RunFolder(folder / "run").read_metrics(), probe.steps))
-    assert probe.curve.lr_checked and "LR check: the probe's" in words
+    assert probe.curve.lr_checked and "LR check: at 2× the LR the probe's steps" in words
     # the folder now holds a probe: a second one into it is refused before training
     again = date("probe", SPEC, *SHORT, "-o", folder)
     assert again.returncode == 2 and "already holds a finished probe" in again.stderr
@@ -393,7 +394,7 @@ def test_plan_with_the_probe_forecasts_and_warns(probed):
     out = date("plan", SPEC, *SHORT, "--batch", beyond, "--probe", folder / "probe.json")
     assert out.returncode == 0, out.stderr
     words = " ".join(out.stdout.split())  # the console wraps lines
-    assert "Forecast" in words and f"is beyond {edge:,}, the largest expected to hold" in words
+    assert "Forecast" in words and f"at batch {beyond:,}, beyond B_hold ≈ {edge:,}" in words
     assert "--budget hold trains" in words and "--budget ramp grows the batch" in words
     hold = date("plan", SPEC, *SHORT, "--batch", beyond, "--probe", folder / "probe.json",
                 "--budget", "hold", "--json")
@@ -408,8 +409,9 @@ def test_plan_with_the_probe_forecasts_and_warns(probed):
 
 @pytest.mark.slow
 def test_the_forecast_says_what_to_do(probed):
-    """Within B_hold the plan says no budget is needed; a ramp that plans more steps than the
-    baseline's epochs says so; the forecast says how far past the probe its curve reaches."""
+    """Within B_hold the plan says the baseline's epochs hold, as surely as B_hold's range allows;
+    a ramp that plans more steps than the baseline's epochs says so; the forecast says how far
+    past the probe its curve reaches."""
     folder, _ = probed
     probe = Probe.read(folder / "probe.json")
     e0 = probe.baseline_epochs
@@ -417,8 +419,17 @@ def test_the_forecast_says_what_to_do(probed):
     within = 16 * 2 ** max(0, math.floor(math.log2(edge / 16)))
     out = date("plan", SPEC, *SHORT, "--batch", within, "--probe", folder / "probe.json")
     words = " ".join(out.stdout.split())
-    assert f"batch {within:,} is within {edge:,}" in words and "no budget is needed" in words
-    assert f"{e0 / probe.curve.last:.3g}× past the probe" in words
+    ahead = json.loads(date("plan", SPEC, *SHORT, "--batch", within, "--probe",
+                            folder / "probe.json", "--json").stdout)["forecast"]
+    low, high = ahead["holding_low"], ahead["holding_high"]
+    if low is None:  # too few points to measure the spread
+        assert f"batch {within:,} is within B_hold ≈ {edge:,}" in words
+    elif within <= low:
+        assert f"batch {within:,} is below B_hold's whole range ({low:,}–{high:,})" in words
+        assert ("no budget is needed" in words) == (high <= 2 * low)
+    else:
+        assert f"batch {within:,} is within B_hold ≈ {edge:,} but inside its range" in words
+    assert f"extrapolated {e0 / probe.curve.last:.3g}× past it" in words
     ramp = date("plan", SPEC, *SHORT, "--batch", within, "--probe", folder / "probe.json",
                 "--budget", "ramp", "--json")
     steps = json.loads(ramp.stdout)["total_iterations"]

@@ -307,6 +307,7 @@ def _verdict(plan: Plan) -> Text:
         f"within B_hold ≈ {hold:,}"
     return Text(f"batch {b:,} is {where}: the baseline's epochs are expected to hold accuracy"
                 + ("; no budget is needed." if trusted else
+                   ", though its spread is not measured." if low is None else
                    ", though that range is too wide to be sure."),
                 style="green" if trusted else "yellow")
 
