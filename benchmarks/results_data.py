@@ -7,7 +7,7 @@
   baseline's accuracy, machine and command.
 - ``probes.jsonl``: one `date probe`'s probe.json per line, under the name of the folder it was
   written to (``probes/lenet-mnist``, ``probes-lrcheck/vit-mnist-seed0``, ...).
-- ``runs.jsonl``: single `date scale` runs outside a sweep (their summary.json).
+- ``runs.jsonl``: single `date scale` runs outside a sweep (their summary.json), kept as data.
 
 :func:`sweep` rebuilds a sweep's summary (means, deltas, verdicts, seed-by-seed differences) with
 the same code `date sweep` uses, so a table generated from it is what the sweep itself reported.
@@ -23,6 +23,7 @@ from typing import Any
 from date_engine.probe import Probe
 from date_engine.sweep.grid import Cell
 from date_engine.sweep.results import CellResult, SweepSummary, Tolerance, summarize
+from date_engine.sweep.schemes import budget_label
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
@@ -40,7 +41,7 @@ def sweep_rows(name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def label(row: dict[str, Any]) -> str:
     """The scheme's label in the sweep: ``date``, or ``date+hold`` where it ran several budgets."""
-    return row["scheme"] + (f"+{row['budget']}" if row["budget"] else "")
+    return budget_label(row["scheme"], row["budget"])
 
 
 def _result(row: dict[str, Any]) -> CellResult:
@@ -57,7 +58,7 @@ def sweep(name: str) -> SweepSummary:
     """The sweep's summary, recomputed from its cells as `date sweep` computes it."""
     header, cells = sweep_rows(name)
     settings = header["settings"]
-    labels = [s + (f"+{b}" if b else "") for s in settings["schemes"]
+    labels = [budget_label(s, b) for s in settings["schemes"]
               for b in settings.get("budgets") or [None]]
     return summarize([_result(r) for r in cells], header["metric"], header["higher_is_better"],
                      Tolerance.parse(settings["tolerance"]), labels)
@@ -89,10 +90,6 @@ def _probes() -> dict[str, dict[str, Any]]:
     return {row.pop("name"): row for row in _lines(RESULTS / "probes.jsonl")}
 
 
-def probe_names() -> list[str]:
-    return list(_probes())
-
-
 def probe(name: str) -> Probe:
     """A stored probe (``probes/lenet-mnist``) as :meth:`Probe.read` gives it."""
     return Probe.from_dict(dict(_probes()[name]), f"docs/results/probes.jsonl:{name}")
@@ -102,9 +99,3 @@ def write_probe(name: str, path: Path) -> Path:
     """A stored probe written out as the probe.json `date probe` wrote, for ``--probe``."""
     path.write_text(json.dumps(_probes()[name], indent=2) + "\n")
     return path
-
-
-@cache
-def runs() -> dict[str, dict[str, Any]]:
-    """Single runs outside a sweep, by name (``baselines/lenet-mnist-B1024``)."""
-    return {row.pop("name"): row for row in _lines(RESULTS / "runs.jsonl")}

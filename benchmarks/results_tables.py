@@ -29,24 +29,22 @@ def _num(value: float | None, digits: int = 2) -> str:
     return "" if value is None else f"{value:+.{digits}f}".replace("-", "−")
 
 
-def delta(refs: list[Ref] | Ref, batch: int) -> float | None:
-    """Δ of ``refs``' cells at ``batch`` against each sweep's baseline, weighted by seeds."""
-    refs = [refs] if isinstance(refs[0], str) and isinstance(refs[1], str) else refs
+def delta(refs: list[Ref], batch: int) -> float | None:
+    """Δ of ``refs``' cells at ``batch`` against each sweep's baseline, weighted by seeds; None
+    where a cell diverged (a stored sweep is finished, so a group without a mean diverged)."""
     total = weight = 0.0
     for name, scheme in refs:
-        g, base = group(name, scheme, batch), sweep(name).baseline
-        if g.mean is None:  # diverged
-            return None if g.results and g.results[0].status == "pending" else float("nan")
-        total += (g.mean - base.mean) * len(g.results)
+        g = group(name, scheme, batch)
+        if g.mean is None:
+            return None
+        total += (g.mean - sweep(name).baseline.mean) * len(g.results)
         weight += len(g.results)
     return total / weight
 
 
-def _delta_text(refs, batch: int) -> str:
+def _delta_text(refs: list[Ref], batch: int) -> str:
     value = delta(refs, batch)
-    if value is None:
-        return ""
-    return "diverged" if value != value else _num(value)
+    return "diverged" if value is None else _num(value)
 
 
 def _bold_best(cells: list[str], higher_is_better: bool = True) -> list[str]:
@@ -82,8 +80,8 @@ def rules_table(base: str = "") -> str:
              "|---|---:|---:|---:|---:|---|"]
     for study, name, b0, batches, higher in RULES:
         for i, batch in enumerate(batches):
-            cells = _bold_best([_delta_text((name, s), batch) for s in ("paper", "date", "linear")],
-                               higher)
+            cells = _bold_best([_delta_text([(name, s)], batch)
+                                for s in ("paper", "date", "linear")], higher)
             lines.append(f"| {study if i == 0 else ''} | {batch // b0} | " + " | ".join(cells)
                          + f" | {_link(name, base) if i == 0 else ''} |")
     return "\n".join(lines)
@@ -171,12 +169,13 @@ def ramp_table(base: str = "") -> str:
 
 
 README_ROWS = (
-    # study, optimizer, rules sweep, 32x batch (or largest), ramp sweep or None
-    ("lenet-mnist", "RMSprop", "lenet-mnist-rules", 4096, "lenet-mnist-ramp-pairs"),
-    ("lstm-mnist", "momentum", "lstm-mnist-momentum", 2048, "lstm-mnist-ramp-pairs"),
+    # study, optimizer, rules sweep and its largest batch, ramp sweep and its batch (or None)
+    ("lenet-mnist", "RMSprop", "lenet-mnist-rules", 4096, ("lenet-mnist-ramp-pairs", 4096)),
+    ("lstm-mnist", "momentum", "lstm-mnist-momentum", 2048, ("lstm-mnist-ramp-pairs", 4096)),
     ("lstm-mnist-adam", "Adam", "lstm-mnist-adam", 2048, None),
-    ("vit-mnist", "AdamW", "vit-mnist-lr4e-3-probe-rules", 4096, "vit-mnist-lr4e-3-ramp-new"),
-    ("bert-mlm", "AdamW", "bert4-rules", 1024, "bert4-ramp-new"),
+    ("vit-mnist", "AdamW", "vit-mnist-lr4e-3-probe-rules", 4096,
+     ("vit-mnist-lr4e-3-ramp-new", 4096)),
+    ("bert-mlm", "AdamW", "bert4-rules", 1024, ("bert4-ramp-new", 1024)),
 )
 
 
@@ -189,11 +188,13 @@ def readme_table() -> str:
         b0 = sweep(name).baseline.batch
         ramp_text = "not run"
         if ramp:
-            g = group(ramp, "date+ramp", batch * 2 if batch // b0 == 16 else batch)
-            ramp_text = (f"{_num(g.mean - sweep(ramp).baseline.mean)} at {g.batch // b0}× "
-                         f"({max(r.steps for r in g.results):,} steps)")
-        lines.append(f"| {study} ({opt}) | {batch // b0}× | {_delta_text((name, 'date'), batch)} "
-                     f"| {_delta_text((name, 'paper'), batch)} | {ramp_text} |")
+            ramp_name, ramp_batch = ramp
+            g = group(ramp_name, "date+ramp", ramp_batch)
+            ramp_text = (f"{_num(g.mean - sweep(ramp_name).baseline.mean)} at "
+                         f"{ramp_batch // b0}× ({max(r.steps for r in g.results):,} steps)")
+        lines.append(f"| {study} ({opt}) | {batch // b0}× | "
+                     f"{_delta_text([(name, 'date')], batch)} | "
+                     f"{_delta_text([(name, 'paper')], batch)} | {ramp_text} |")
     return "\n".join(lines)
 
 
@@ -220,13 +221,12 @@ def seed_by_seed_table() -> str:
     for study, batch, names, tol in SEED_BY_SEED:
         mine, theirs = seed_metrics(names, "date", batch), seed_metrics(names, "paper", batch)
         pair = paired(mine, theirs)
-        seeds = sorted(set(mine) & set(theirs))
-        above = sum(mine[s] > theirs[s] for s in seeds)
+        n, half = len(pair.seeds), pair.half_width
+        above = sum(d > 0 for d in pair.differences)
         reading = READINGS[pair.reading(True, tol)].format(tol=tol)
-        n, half = len(seeds), pair.half_width
         lines.append(
-            f"| {study} | {batch:,} | {n} | {sum(mine[s] for s in seeds) / n:.2f} | "
-            f"{sum(theirs[s] for s in seeds) / n:.2f} | {_num(pair.mean)} "
+            f"| {study} | {batch:,} | {n} | {sum(mine[s] for s in pair.seeds) / n:.2f} | "
+            f"{sum(theirs[s] for s in pair.seeds) / n:.2f} | {_num(pair.mean)} "
             f"({_num(pair.mean - half)} to {_num(pair.mean + half)}) | {above} of {n} | "
             f"{reading} |")
     return "\n".join(lines)

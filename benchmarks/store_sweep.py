@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.results_data import RESULTS
+from date_engine.sweep.schemes import split_label
 
 
 def lines(name: str, results: dict[str, Any]) -> list[str]:
@@ -23,9 +24,9 @@ def lines(name: str, results: dict[str, Any]) -> list[str]:
               "higher_is_better": summary["higher_is_better"], "settings": settings}
     out = [json.dumps(header, separators=(",", ":"))]
     for cell in results["cells"]:
-        scheme, _, budget = cell["scheme"].partition("+")
+        scheme, budget = split_label(cell["scheme"])
         row = {"sweep": name, "recipe": settings["recipe"], "overrides": settings["overrides"],
-               "scheme": scheme, "budget": budget or None}
+               "scheme": scheme, "budget": budget}
         row.update({k: v for k, v in cell.items() if k != "scheme"})
         row.update({"machine": settings["machine"], "command": settings["command"]})
         out.append(json.dumps(row, separators=(",", ":")))

@@ -194,11 +194,11 @@ class Probe:
         return cls.from_dict(data, str(path))
 
     @classmethod
-    def from_dict(cls, data: Any, source: str) -> Probe:
-        """A probe from probe.json's object (``source`` names where it came from, in errors)."""
+    def from_dict(cls, data: Any, path: str) -> Probe:
+        """A probe from probe.json's object; ``path`` names where it came from (in errors)."""
         from pydantic import TypeAdapter, ValidationError
 
-        again, path = "run date probe SPEC again", source
+        again = "run date probe SPEC again"
         if not isinstance(data, dict) or data.get("format") != PROBE_FORMAT:
             raise DateError(f"probe {path}: not a probe.json of this version of date_engine "
                             f"(format {PROBE_FORMAT}); {again}.")

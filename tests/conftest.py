@@ -11,6 +11,8 @@ from date_engine import parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
+STUDY_NAMES = ("bert-mlm", "vit-mnist", "lenet-mnist", "lstm-mnist", "ptb-small", "fashion")
+"""The studies of docs/results.md: what a message must not quote as evidence."""
 
 
 def pytest_configure(config):

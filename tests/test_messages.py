@@ -5,23 +5,20 @@ on the quick-start recipe is at most two lines at 100 columns and names no study
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, STUDY_NAMES
 from tests.runs import run_group
 
 SPEC = ROOT / "recipes" / "lenet-digits.yaml"
-STUDIES = ("bert-mlm", "vit-mnist", "lenet-mnist", "lstm-mnist", "ptb-small", "fashion")
-"""The studies of docs/results.md: the recipes a message might quote as evidence."""
 TABLE = re.compile(r"^\s*[│┃┏┡└┌┗├╭╰─━┤┬┴┼╇╈╋═]")
 """A table's or the LR chart's lines (their width is their content's, not a message's)."""
 
 
 def _date(*args, cwd, code=0):
     """`date ...` with a terminal wide enough that a message is one line."""
-    import sys
-
     result = run_group([sys.executable, "-m", "date_engine", *args], cwd=cwd, timeout=400,
                        env={"COLUMNS": "100000", "OMP_NUM_THREADS": "1"})
     assert result.returncode == code, result.stderr[-2000:]
@@ -35,7 +32,7 @@ def long_or_naming(output: str) -> list[str]:
         line = line.rstrip()
         if TABLE.match(line) or "⠀" in line or not line:
             continue
-        if len(line) > 200 or any(name in line for name in STUDIES):
+        if len(line) > 200 or any(name in line for name in STUDY_NAMES):
             bad.append(line)
     return bad
 
