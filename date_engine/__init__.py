@@ -4,15 +4,17 @@ From a small-batch baseline that works, derive the plan for a large batch — th
 and the optimizer's settings by the optimizer family's rule (the paper's √k with ``date.rule:
 paper``), linear-epoch warmup (LEGW), decay to a floor — and train with it::
 
-    from date_engine import load_spec, resolve_plan
+    from date_engine import optimizer_for, plan_for, scheduler_for
 
-    plan, split = resolve_plan(load_spec("recipes/lenet-mnist.yaml"), batch=8192, world_size=8)
+    plan, split = plan_for("lenet-mnist", batch=8192, devices=8)
     plan.peak_lr, plan.warmup_epochs, plan.total_iterations   # 5.946e-3 (8^0.75·η0), 16.0, 220
     plan.lr(1)                                               # LR of optimizer step 1
     split.micro_batch, split.accumulation_steps              # 1024, 1: how 8192 splits over 8
+    optimizer = optimizer_for(model, plan)                   # DATE over the plan's base optimizer
+    scheduler = scheduler_for(optimizer, plan)               # step it once per optimizer step
 
-Importing this package does not import torch; the torch-based names (``DATE``, ``LARS``,
-``LAMB``, ``build_optimizer``, ``plan_scheduler``) load on first use.
+Inside Hugging Face's Trainer or Lightning: :mod:`date_engine.integrations`. Importing this
+package does not import torch; the torch-based names load on first use.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ __version__ = "0.6.0"
 # name -> module, imported on first access: `date +%s` (handed to the system's date) and `date
 # plan` (no torch) pay only for what they use
 _LAZY = {
+    **dict.fromkeys(("baseline", "optimizer_for", "plan_for", "scheduler_for"),
+                    "date_engine.api"),
+    "NoiseScale": "date_engine.noise",
     "DateError": "date_engine.errors",
     "PlanError": "date_engine.errors",
     "SpecError": "date_engine.errors",
@@ -40,7 +45,9 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # what the names are, for readers and type checkers
+    from date_engine.api import baseline, optimizer_for, plan_for, scheduler_for
     from date_engine.errors import DateError, PlanError, SpecError
+    from date_engine.noise import NoiseScale
     from date_engine.optim import DATE, LAMB, LARS
     from date_engine.optim.build import build_optimizer
     from date_engine.plan import Derivation, OptimizerSettings, Phase, Plan, derive_plan
@@ -68,6 +75,7 @@ __all__ = [
     "BatchSplit",
     "DateError",
     "Derivation",
+    "NoiseScale",
     "OptimizerSettings",
     "Phase",
     "Plan",
@@ -75,10 +83,14 @@ __all__ = [
     "RunPlan",
     "Spec",
     "SpecError",
+    "baseline",
     "build_optimizer",
     "derive_plan",
     "load_spec",
+    "optimizer_for",
     "parse_spec",
+    "plan_for",
     "plan_scheduler",
     "resolve_plan",
+    "scheduler_for",
 ]

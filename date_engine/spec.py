@@ -460,15 +460,31 @@ def _expanded_size(node: yaml.Node, source: str, sizes: dict[int, int], open_: s
     return size
 
 
+def shipped_or_path(name: str | Path) -> Path:
+    """``name`` as a path; a bare name that is no file here (``lenet-mnist``) as the shipped
+    baseline of that name, or a :class:`SpecError` listing them."""
+    from date_engine.recipes import shipped_specs
+
+    path = Path(name)
+    if str(name).strip() and not path.exists() and path.suffix == "" and len(path.parts) == 1:
+        shipped = shipped_specs()
+        if str(name) not in shipped:
+            raise SpecError(f"{name}: no such file, and no shipped baseline of that name; give "
+                            f"a YAML path, or one of {', '.join(shipped)}.")
+        return shipped[str(name)]
+    return path
+
+
 def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> Spec:
-    """Read a baseline YAML, apply ``key=value`` overrides (dotted keys) and validate it.
+    """Read a baseline YAML (or a shipped baseline by name: ``load_spec("lenet-mnist")``), apply
+    ``key=value`` overrides (dotted keys) and validate it.
 
     Raises :class:`SpecError` with one sentence naming the file, the field and the fix.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"load_spec takes the path of a baseline YAML (str or Path), got "
                         f"{type(path).__name__}; parse_spec takes an already-parsed mapping.")
-    path = Path(path)
+    path = shipped_or_path(path)
     overrides = [overrides] if isinstance(overrides, str) else list(overrides)
     if not path.is_file():
         what = "is a directory, not a file" if path.is_dir() else "does not exist"

@@ -1,0 +1,127 @@
+"""The one way in: a baseline and a target batch (or devices × micro-batch) → the run's plan and
+its split; the optimizer and the LR scheduler that train with it.
+
+``date plan``, ``date scale``, ``date sweep`` and the adapters for other trainers
+(:mod:`date_engine.integrations`) all come through :func:`plan_for`::
+
+    from date_engine import baseline, plan_for, optimizer_for, scheduler_for
+
+    spec = baseline(batch_size=256, lr=1e-3, warmup_epochs=1, epochs=10, dataset_size=60_000,
+                    optimizer="adamw", weight_decay=0.01)
+    run = plan_for(spec, batch=8192, devices=8)       # or plan_for("lenet-mnist", devices=8, ...)
+    run.plan.peak_lr, run.split.micro_batch, run.split.accumulation_steps
+    opt = optimizer_for(model, run)                    # DATE over AdamW with the plan's β2, ε, λ
+    sched = scheduler_for(opt, run)                    # step it once per optimizer step
+
+Everything but :func:`optimizer_for` and :func:`scheduler_for` is torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from date_engine.errors import PlanError
+from date_engine.runplan import RunPlan, resolve_plan
+from date_engine.spec import Spec, load_spec, parse_spec
+
+if TYPE_CHECKING:
+    import torch
+
+    from date_engine.plan import Plan
+    from date_engine.recipes import Recipe
+
+__all__ = ["baseline", "optimizer_for", "plan_for", "scheduler_for", "spec_with"]
+
+
+def baseline(*, batch_size: int, lr: float, warmup_epochs: float = 0.0,
+             epochs: float | None = None, iterations: int | None = None,
+             dataset_size: int | None = None, optimizer: str = "adamw",
+             recipe: str | None = None, date: dict[str, Any] | None = None,
+             **options: Any) -> Spec:
+    """A validated spec from a baseline given in Python: B0, η0, the warmup in epochs, the length
+    (``epochs`` or ``iterations``), n, the optimizer by catalog name and its options (``betas``,
+    ``eps``, ``weight_decay``, ``momentum``, ...), and optionally the ``date:`` section (e.g.
+    ``{"rule": "paper"}``). Bad values raise :class:`~date_engine.errors.SpecError` naming the
+    field."""
+    raw: dict[str, Any] = {"baseline": {
+        "batch_size": batch_size, "lr": lr, "warmup_epochs": warmup_epochs,
+        "optimizer": {"name": optimizer, **options}}}
+    for key, value in (("epochs", epochs), ("iterations", iterations),
+                       ("dataset_size", dataset_size)):
+        if value is not None:
+            raw["baseline"][key] = value
+    if recipe is not None:
+        raw["recipe"] = recipe
+    if date:
+        raw["date"] = date
+    return parse_spec(raw, source="baseline()")
+
+
+def spec_with(spec: Spec | str | Path, overrides: Iterable[str] = (), *,
+              probe: str | Path | None = None, budget: str | None = None,
+              parallel: str | None = None) -> Spec:
+    """``spec`` (a Spec, a YAML path or a shipped baseline's name) with ``key=value`` overrides,
+    then ``probe``, ``budget`` and ``parallel`` set (date.probe, date.budget, train.parallel)."""
+    import json
+
+    overrides = [overrides] if isinstance(overrides, str) else list(overrides)
+    if parallel is not None:
+        overrides.append(f"train.parallel={json.dumps(parallel)}")
+    if probe is not None:  # absolute, so that every process and sweep cell finds it
+        overrides.append(f"date.probe={json.dumps(str(Path(probe).absolute()))}")
+    if budget is not None:
+        overrides.append(f"date.budget={json.dumps(budget)}")
+    if isinstance(spec, Spec):
+        if not overrides:
+            return spec
+        return parse_spec(spec.model_dump(mode="json", exclude_none=True), overrides)
+    return load_spec(spec, overrides)
+
+
+def plan_for(spec: Spec | str | Path, batch: int | None = None, *, devices: int = 1,
+             micro_batch: int | None = None, recipe: Recipe | None = None,
+             dataset_size: int | None = None, overrides: Iterable[str] = (),
+             probe: str | Path | None = None, budget: str | None = None) -> RunPlan:
+    """The plan of ``spec`` at global ``batch`` over ``devices`` processes and its exact split
+    (micro-batch × devices × accumulation). Without ``batch``, the batch is ``devices ×
+    micro_batch`` (one pass per step). ``spec`` may be a Spec, a YAML path or a shipped baseline's
+    name; n comes from the spec, else ``recipe``, else ``dataset_size``."""
+    spec = spec_with(spec, overrides, probe=probe, budget=budget)
+    if batch is None:
+        if micro_batch is None:
+            raise PlanError("plan_for: give batch, or devices and micro_batch (the batch is then "
+                            "their product).")
+        batch = devices * micro_batch
+    return resolve_plan(spec, batch, devices, micro_batch, recipe, dataset_size)
+
+
+def _plan(run: RunPlan | Plan) -> Plan:
+    return run.plan if isinstance(run, RunPlan) else run
+
+
+def optimizer_for(model: torch.nn.Module | Iterable[Any], run: RunPlan | Plan, *,
+                  date: bool = True) -> torch.optim.Optimizer:
+    """The optimizer the plan derived, at its peak LR: DATE's per-layer ratios over the base
+    optimizer with the plan's options (β2, ε, λ, ...); with ``date=False`` the base alone (the
+    same options, no ratios). ``model``: a module, or its ``named_parameters()``."""
+    import torch
+
+    from date_engine.optim.build import build_base_optimizer, build_optimizer
+
+    plan = _plan(run)
+    params = model.named_parameters() if isinstance(model, torch.nn.Module) else model
+    if date:
+        return build_optimizer(params, plan.optimizer, plan.peak_lr)
+    return build_base_optimizer(params, plan.optimizer.name, plan.optimizer.options,
+                                plan.peak_lr)
+
+
+def scheduler_for(optimizer: torch.optim.Optimizer, run: RunPlan | Plan
+                  ) -> torch.optim.lr_scheduler.LambdaLR:
+    """The plan's LR schedule over ``optimizer``: step it once per optimizer step (not per
+    micro-batch, not per process); optimizer step s (from 1) runs at ``plan.lr(s)``."""
+    from date_engine.schedule import plan_scheduler
+
+    return plan_scheduler(optimizer, _plan(run))

@@ -1,0 +1,125 @@
+"""The plan inside trainers people already use: Hugging Face's ``Trainer``, Lightning, accelerate.
+
+Each adapter takes a :class:`~date_engine.runplan.RunPlan` (from :func:`date_engine.plan_for`)
+and installs everything it derived: the optimizer (DATE over the base, with the plan's β2, ε, λ),
+the LR schedule stepped once per optimizer step, and the split of the batch (per-device batch ×
+devices × accumulation), checked against the trainer's own settings before the first step.
+
+This module is torch-free: the settings each tool takes, as plain values (``date plan --emit``
+prints them). The adapters are :mod:`date_engine.integrations.hf` (``pip install
+'date-engine[hf]'``) and :mod:`date_engine.integrations.lightning` (``'date-engine[lightning]'``);
+accelerate needs no adapter (docs/integrations.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from typing import Any
+
+from date_engine.errors import DateError
+from date_engine.runplan import RunPlan
+
+__all__ = ["CANNOT_EXPRESS", "EMIT_TARGETS", "hf_arguments", "hf_flags", "lightning_settings",
+           "mismatches", "require", "split_settings"]
+
+EMIT_TARGETS = ("hf-args", "lightning", "accelerate", "json")
+"""What ``date plan --emit`` writes."""
+
+CANNOT_EXPRESS = ("settings alone cannot carry DATE's per-layer ratios or the plan's exact LR "
+                  "curve: install them with the optimizer and scheduler objects "
+                  "(docs/integrations.md).")
+
+
+def require(module: str, extra: str) -> Any:
+    """``module`` imported, or a DateError naming the pip command that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise DateError(f"{module} is not installed; run: pip install 'date-engine[{extra}]'") \
+            from None
+
+
+def split_settings(run: RunPlan) -> dict[str, int]:
+    """The split every tool needs: per-device micro-batch, devices, accumulation, optimizer
+    steps."""
+    if run.plan.ramp:
+        raise DateError("a batch ramp (date.budget: ramp) changes the batch during the run, which "
+                        "these trainers cannot follow; plan with --budget same-epochs or hold.")
+    return {"per_device_batch": run.split.micro_batch, "devices": run.split.world_size,
+            "accumulation_steps": run.split.accumulation_steps, "batch": run.split.batch,
+            "max_steps": run.last_step}
+
+
+def hf_arguments(run: RunPlan, grad_clip: float | None = None) -> dict[str, Any]:
+    """The ``TrainingArguments`` fields the plan sets. ``max_grad_norm`` is the baseline's
+    clipping (HF clips at 1.0 unless told otherwise); the schedule fields are HF's nearest
+    (linear warmup, polynomial decay to the floor), which :class:`DateTrainer` replaces with the
+    plan's own."""
+    split, plan = split_settings(run), run.plan
+    args: dict[str, Any] = {
+        "per_device_train_batch_size": split["per_device_batch"],
+        "gradient_accumulation_steps": split["accumulation_steps"],
+        "max_steps": split["max_steps"],
+        "learning_rate": plan.peak_lr,
+        "warmup_steps": math.ceil(plan.warmup_iterations),
+        "lr_scheduler_type": "polynomial",
+        "lr_scheduler_kwargs": {"lr_end": plan.lr_floor, "power": 1.0},
+        "max_grad_norm": grad_clip or 0.0,
+    }
+    options = plan.optimizer.options
+    if "betas" in options:
+        args["adam_beta1"], args["adam_beta2"] = options["betas"]
+    if "eps" in options:
+        args["adam_epsilon"] = options["eps"]
+    if "weight_decay" in options:
+        args["weight_decay"] = options["weight_decay"]
+    if plan.optimizer.name == "adamw":
+        args["optim"] = "adamw_torch"
+    return args
+
+
+def hf_flags(run: RunPlan, grad_clip: float | None = None) -> list[str]:
+    """:func:`hf_arguments` as the command-line flags of HF's example scripts (run_mlm.py, ...)."""
+    import json
+
+    flags = []
+    for key, value in hf_arguments(run, grad_clip).items():
+        text = json.dumps(value) if isinstance(value, dict) else f"{value:.6g}" \
+            if isinstance(value, float) else str(value)
+        flags.append(f"--{key} {_quoted(text)}")
+    return flags
+
+
+def _quoted(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def lightning_settings(run: RunPlan, grad_clip: float | None = None) -> dict[str, Any]:
+    """``lightning.Trainer`` arguments and the dataloader's batch size the plan sets."""
+    split = split_settings(run)
+    return {"trainer": {"devices": split["devices"],
+                        "accumulate_grad_batches": split["accumulation_steps"],
+                        "max_steps": split["max_steps"],
+                        "gradient_clip_val": grad_clip},
+            "dataloader_batch_size": split["per_device_batch"]}
+
+
+def mismatches(run: RunPlan, devices: int, per_device_batch: int, accumulation: int,
+               max_steps: int | None) -> list[str]:
+    """What a trainer's own settings have that the plan does not, each as 'name X (the plan: Y)';
+    empty when they agree."""
+    split = split_settings(run)
+    out = []
+    if devices * per_device_batch * accumulation != split["batch"]:
+        out.append(f"devices × per-device batch × accumulation = {devices} × {per_device_batch} × "
+                   f"{accumulation} = {devices * per_device_batch * accumulation} samples per "
+                   f"optimizer step, not the plan's {split['batch']} "
+                   f"({split['devices']} × {split['per_device_batch']} × "
+                   f"{split['accumulation_steps']})")
+    if max_steps is not None and max_steps != split["max_steps"]:
+        given = f"max_steps {max_steps}" if max_steps > 0 else "no max_steps (epochs decide)"
+        out.append(f"{given} (the plan: {split['max_steps']} optimizer steps)")
+    return out
