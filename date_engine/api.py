@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
-from date_engine.errors import PlanError
+from date_engine.errors import PlanError, SpecError
 from date_engine.runplan import RunPlan, resolve_plan
-from date_engine.spec import Spec, load_spec, parse_spec
+from date_engine.spec import DateSpec, Spec, load_spec, parse_spec
 
 if TYPE_CHECKING:
     import torch
@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from date_engine.plan import Plan
     from date_engine.recipes import Recipe
 
-__all__ = ["baseline", "optimizer_for", "plan_for", "scheduler_for", "spec_with"]
+__all__ = ["baseline", "forecast_times", "optimizer_for", "plan_for", "scheduler_for",
+           "spec_with"]
 
 
 def baseline(*, batch_size: int, lr: float, warmup_epochs: float = 0.0,
@@ -72,6 +73,9 @@ def spec_with(spec: Spec | str | Path, overrides: Iterable[str] = (), *,
     if probe is not None:  # absolute, so that every process and sweep cell finds it
         overrides.append(f"date.probe={json.dumps(str(Path(probe).absolute()))}")
     if budget is not None:
+        budgets = get_args(DateSpec.model_fields["budget"].annotation)
+        if budget not in budgets:
+            raise SpecError(f"--budget: must be one of {', '.join(budgets)}; got {budget!r}.")
         overrides.append(f"date.budget={json.dumps(budget)}")
     if isinstance(spec, Spec):
         if not overrides:
@@ -125,3 +129,27 @@ def scheduler_for(optimizer: torch.optim.Optimizer, run: RunPlan | Plan
     from date_engine.schedule import plan_scheduler
 
     return plan_scheduler(optimizer, _plan(run))
+
+
+def forecast_times(spec: Spec, run: RunPlan, bench_path: Path, link: Any = None,
+                   baseline_devices: int | None = None, recipe: Recipe | None = None,
+                   micro_batch: int | None = None) -> dict[str, Any]:
+    """The wall-clock forecast of ``run`` (planned with ``micro_batch``) from bench.json at
+    ``bench_path``, for every budget the spec can plan (same-epochs; hold and ramp with a
+    probe), the spec's own among them: budget → :class:`~date_engine.timing.TimeForecast`."""
+    from date_engine.timing import Bench, forecast
+
+    b0 = run.plan.baseline_batch
+    if baseline_devices is not None and b0 % baseline_devices:
+        raise PlanError(f"--baseline-devices {baseline_devices}: the baseline's batch {b0} does "
+                        "not split evenly over them; give a number that divides it.")
+    bench = Bench.read(bench_path)
+    bench.check(bench_path, recipe and recipe.name, run.split.world_size, link)
+    budgets = ["same-epochs", *(("hold", "ramp") if spec.date.probe is not None else ())]
+    times = {}
+    for name in budgets:
+        each = run if name == spec.date.budget else resolve_plan(
+            spec_with(spec, budget=name), run.plan.target_batch, run.split.world_size,
+            micro_batch, recipe)
+        times[name] = forecast(bench, each, baseline_devices, link, spec.train.precision)
+    return times

@@ -285,6 +285,47 @@ def folder_versions(base: Path) -> list[Path]:
     return [base] + [base.with_name(f"{base.name}-{i}") for i in range(2, 10_000)]
 
 
+def run_folder_for(output_dir: Path | None, configured: str | None, default: str, resume: bool,
+                   versioned: bool, dry_run: bool) -> Path:
+    """Where ``date scale`` writes: ``output_dir`` (--output-dir), else ``configured``
+    (train.output_dir), else a new versioned ``default`` folder (the newest one with checkpoints
+    when resuming; one fixed folder where ``versioned`` is off: under a launcher, every process
+    must agree on it)."""
+    from date_engine.checks import output_folder
+
+    if output_dir is None and configured is None and versioned:
+        run_dir = default_run_folder(Path(default), resume)
+        option = "the default run folder (--output-dir)"
+    else:
+        run_dir = output_dir or Path(configured or default)
+        option = "--output-dir" if output_dir else "train.output_dir" \
+            if configured else "the default run folder (--output-dir)"
+    if not dry_run:
+        output_folder(run_dir, option)
+    return run_dir
+
+
+def continue_command(args: list[str] | None, run_dir: Path, output_dir: Path | None) -> str:
+    """The command line that continues a run from ``args``, what was typed after ``date scale``
+    (None: not typed, so nothing to repeat): without --resume and --max-steps, and naming the run
+    folder when it was chosen by default (a new run would take the next one)."""
+    import shlex
+
+    if args is None:
+        return ""
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--max-steps":
+            skip = True
+        elif arg != "--resume" and not arg.startswith("--max-steps="):
+            kept.append(shlex.quote(arg))
+    if output_dir is None:
+        kept += ["-o", shlex.quote(str(run_dir))]
+    return " ".join(["date", "scale", *kept])
+
+
 def default_run_folder(base: Path, resume: bool) -> Path:
     """The run folder a command gets when it names none: ``base`` if it holds no run yet, else
     the first free of ``base-2``, ``base-3``, ... (so that running a command again starts a new

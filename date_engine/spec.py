@@ -460,11 +460,16 @@ def _expanded_size(node: yaml.Node, source: str, sizes: dict[int, int], open_: s
     return size
 
 
+def shipped_specs() -> dict[str, Path]:
+    """The baseline YAMLs shipped with date_engine, by name (``lenet-mnist``, ``lstm-mnist-adam``,
+    ...): what ``date plan NAME``, ``load_spec(NAME)`` and ``date recipes copy NAME`` find."""
+    folder = Path(__file__).parent / "recipes" / "specs"
+    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+
+
 def shipped_or_path(name: str | Path) -> Path:
     """``name`` as a path; a bare name that is no file here (``lenet-mnist``) as the shipped
     baseline of that name, or a :class:`SpecError` listing them."""
-    from date_engine.recipes import shipped_specs
-
     path = Path(name)
     if str(name).strip() and not path.exists() and path.suffix == "" and len(path.parts) == 1:
         shipped = shipped_specs()

@@ -337,7 +337,7 @@ def test_date_sweep_never_imports_torch(tmp_path):
         "import sys\n"
         "from typer.testing import CliRunner\n"
         "from date_engine.cli import app\n"
-        "import date_engine.sweep.runner, date_engine.sweep.report\n"
+        "import date_engine.sweep.runner, date_engine.view.report\n"
         "r = CliRunner().invoke(app, ['sweep', 'lenet-digits', '--batches', '64', '--report-only',"
         f" '-o', {str(tmp_path / 'sweep')!r}])\n"
         "assert r.exit_code == 0, r.output\n"
@@ -457,10 +457,11 @@ def test_figures_are_redrawn_at_most_once_a_minute_while_cells_train(tmp_path, m
     has passed since they were last drawn (or the sweep started), and always when it ends."""
     from rich.console import Console
 
-    import date_engine.sweep.report as report
     import date_engine.sweep.runner as runner
+    import date_engine.view.report as report
     from date_engine.recipes import get_recipe
     from date_engine.sweep import run_sweep
+    from date_engine.view.report import SweepDisplay
 
     cells = cells_of(BASE, "64", schemes="date")
     clock = [1000.0]
@@ -486,7 +487,7 @@ def test_figures_are_redrawn_at_most_once_a_minute_while_cells_train(tmp_path, m
     options = SweepOptions(batches=[64], schemes=parse_schemes("date"))
     run_sweep(get_recipe("lenet-digits"), cells, options, tmp_path / "sweep",
               {"spec": "lenet-digits.yaml", "command": "date sweep lenet-digits.yaml"},
-              Console(quiet=True))
+              SweepDisplay(Console(quiet=True)))
     assert [round((t - 1000) / 60, 1) for t in drawn] == [1.2, 2.3, 2.4]  # the last: the end
     assert "metric_vs_batch.png: not drawn yet: they are drawn when the sweep ends" in reports[0]
     assert "![" in reports[3] and "![" in reports[4]  # drawn before: linked, not redrawn

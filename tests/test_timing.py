@@ -243,11 +243,12 @@ def _plan(*args):
                          env={"COLUMNS": "160"})
 
 
-def test_devices_without_a_bench_says_what_it_needs():
+def test_devices_alone_gives_the_split_and_says_what_the_time_needs():
     result = _plan("--devices", 8)
-    assert result.exit_code == 2
-    assert "date bench" in result.output and "--bench" in result.output
-    assert "Traceback" not in result.output
+    assert result.exit_code == 0, result.output
+    assert "256 = 32 (micro-batch) × 8 (processes) × 1 (accumulation step)" in result.output
+    assert "--bench" in result.output and "date bench" in result.output
+    assert json.loads(_plan("--devices", 8, "--json").output)["world_size"] == 8
 
 
 def test_the_plan_forecasts_the_time_on_n_devices(tmp_path):

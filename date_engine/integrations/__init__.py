@@ -20,8 +20,8 @@ from typing import Any
 from date_engine.errors import DateError
 from date_engine.runplan import RunPlan
 
-__all__ = ["CANNOT_EXPRESS", "EMIT_TARGETS", "hf_arguments", "hf_flags", "lightning_settings",
-           "mismatches", "require", "split_settings"]
+__all__ = ["CANNOT_EXPRESS", "EMIT_TARGETS", "hf_arguments", "hf_caveat", "hf_flags", "hf_optim",
+           "lightning_settings", "mismatches", "require", "split_settings"]
 
 EMIT_TARGETS = ("hf-args", "lightning", "accelerate", "json")
 """What ``date plan --emit`` writes."""
@@ -68,15 +68,32 @@ def hf_arguments(run: RunPlan, grad_clip: float | None = None) -> dict[str, Any]
         "max_grad_norm": grad_clip or 0.0,
     }
     options = plan.optimizer.options
-    if "betas" in options:
+    if hf_optim(run) is not None:  # HF's flags name Adam's options only
+        args["optim"] = hf_optim(run)
         args["adam_beta1"], args["adam_beta2"] = options["betas"]
-    if "eps" in options:
         args["adam_epsilon"] = options["eps"]
     if "weight_decay" in options:
         args["weight_decay"] = options["weight_decay"]
-    if plan.optimizer.name == "adamw":
-        args["optim"] = "adamw_torch"
     return args
+
+
+def hf_optim(run: RunPlan) -> str | None:
+    """HF's ``--optim`` for the plan's base optimizer where it runs the same update: AdamW, and
+    Adam without weight decay (then the same update); None for any other, which
+    :class:`~date_engine.integrations.hf.DateTrainer` builds (:func:`hf_caveat` says so)."""
+    name, options = run.plan.optimizer.name, run.plan.optimizer.options
+    plain_adam = name == "adam" and not options.get("weight_decay")
+    same = (name == "adamw" or plain_adam) and not options.get("amsgrad")
+    return "adamw_torch" if same else None
+
+
+def hf_caveat(run: RunPlan) -> str:
+    """What HF's flags cannot carry of ``run``, in one sentence."""
+    name = run.plan.optimizer.name
+    if hf_optim(run) is not None:
+        return CANNOT_EXPRESS
+    return (f"HF's --optim has no {name}, and {CANNOT_EXPRESS[0].lower()}{CANNOT_EXPRESS[1:]}"
+            .replace("settings alone", "the flags"))
 
 
 def hf_flags(run: RunPlan, grad_clip: float | None = None) -> list[str]:
@@ -85,7 +102,7 @@ def hf_flags(run: RunPlan, grad_clip: float | None = None) -> list[str]:
 
     flags = []
     for key, value in hf_arguments(run, grad_clip).items():
-        text = json.dumps(value) if isinstance(value, dict) else f"{value:.6g}" \
+        text = json.dumps(value) if isinstance(value, dict) else repr(value) \
             if isinstance(value, float) else str(value)
         flags.append(f"--{key} {_quoted(text)}")
     return flags

@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from date_engine.errors import DateError
+from date_engine.spec import shipped_specs
 
-__all__ = ["DataOptions", "Recipe", "RecipeData", "check_heads", "get_recipe", "list_recipes",
-           "register_recipe", "shipped_specs"]
+__all__ = ["DataOptions", "Recipe", "RecipeData", "check_heads", "copy_shipped", "get_recipe",
+           "list_recipes", "register_recipe", "shipped_specs", "spec_recipe"]
 
 ENTRY_POINT_GROUP = "date_engine.recipes"
 _BUILTIN_MODULES = (
@@ -179,11 +180,45 @@ def check_heads(dim: int, heads: int) -> None:
                          "that divides it")
 
 
-def shipped_specs() -> dict[str, Path]:
-    """The baseline YAMLs shipped with date_engine, by name (``lenet-mnist``, ``lstm-mnist-adam``,
-    ...): what ``date plan NAME`` and ``date recipes copy NAME`` find."""
-    folder = Path(__file__).parent / "specs"
-    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+def spec_recipe(spec: Any, ref: str | None = None, *, source: str = "the spec",
+                to_train: bool = False, option: bool = False) -> Recipe | None:
+    """The recipe ``ref`` names (default: the spec's), the spec's model options checked against
+    it; None where none is named and nothing is to be trained (``date plan`` needs none).
+    ``to_train``: one is needed and the packages it needs are checked; ``option``: the command has
+    a --recipe option to name it with."""
+    ref = ref if ref is not None else spec.recipe
+    if ref is None:
+        if not to_train:
+            return None
+        hint = " or pass --recipe" if option else ""
+        raise DateError(f"{source}: no recipe to train; add 'recipe: <name>' to the spec{hint} "
+                        "(see `date recipes`).")
+    if not ref.strip():
+        raise DateError("--recipe: empty; give a recipe name (date recipes lists them) or "
+                        "package.module:function.")
+    found = get_recipe(ref)
+    found.parse_options(spec.model)  # a bad model option fails here
+    if to_train:
+        found.check_requirements()
+    return found
+
+
+def copy_shipped(name: str, dest: Path | None, force: bool) -> Path:
+    """Copy the shipped baseline ``name`` to ``dest`` (a file, or a folder to put NAME.yaml in;
+    default NAME.yaml here); refuses to overwrite without ``force``. Returns the path written."""
+    from date_engine.checks import output_file
+
+    shipped = shipped_specs()
+    if name not in shipped:
+        raise DateError(f"no shipped baseline '{name}'; choose one of {', '.join(shipped)}.")
+    target = dest or Path(f"{name}.yaml")
+    if target.is_dir():
+        target = target / f"{name}.yaml"
+    if target.exists() and not force:
+        raise DateError(f"{target} exists; pass --force to overwrite it, or choose another DEST.")
+    output_file(target, "DEST", (".yaml", ".yml"))
+    target.write_text(shipped[name].read_text())
+    return target
 
 
 _REGISTRY: dict[str, Callable[[], Recipe]] = {}

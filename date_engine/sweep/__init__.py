@@ -2,7 +2,9 @@
 
 Data flows as everywhere else: spec → one spec and plan per cell (:mod:`.grid`, with the schemes of
 :mod:`.schemes`) → ``date scale`` per cell (:mod:`.runner`) → results read back from the cells'
-folders (:mod:`.results`) → results.csv/json, report.md and figures (:mod:`.report`).
+folders (:mod:`.results`) → results.csv/json, report.md and figures, written by the display the
+caller passes in (:class:`SweepDisplay`; ``date sweep``'s is :class:`date_engine.view.sweep.
+SweepDisplay`): nothing here imports the view.
 """
 
 from __future__ import annotations
@@ -11,9 +13,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
+from typing import Any, Protocol
 
 from date_engine.machine import describe, threads_per_process
 from date_engine.recipes import Recipe
@@ -33,8 +33,10 @@ from date_engine.sweep.schemes import (
 __all__ = [
     "BASELINE",
     "DEFAULT_LR_GRID",
+    "FIGURES_EVERY_S",
     "SCHEMES",
     "Cell",
+    "SweepDisplay",
     "SweepOptions",
     "Tolerance",
     "parse_batches",
@@ -45,6 +47,7 @@ __all__ = [
     "plan_sweep",
     "run_sweep",
     "sweep_forecast",
+    "sweep_settings",
     "sweep_time_forecast",
 ]
 
@@ -93,17 +96,61 @@ def plan_sweep(
     )
 
 
+def sweep_settings(spec_path: Path, spec: Spec, recipe: Recipe, options: SweepOptions,
+                   cells: list[PlannedCell], overrides: list[str], command: str,
+                   probed: Spec | None = None, bench: Path | None = None) -> dict[str, Any]:
+    """What results.json records of how the sweep was asked for: the spec, recipe, command,
+    batches, schemes, seeds, budgets, tolerance; with ``probed`` (the spec with its probe) each
+    batch's forecast; with ``bench`` each cell's forecast time; the default rule's settings the
+    spec gives."""
+    from date_engine.sweep.schemes import DATE_SETTABLE, given_settings
+
+    settings: dict[str, Any] = {
+        "spec": str(spec_path), "recipe": recipe.name, "overrides": overrides,
+        "command": command, "batches": options.batches,
+        "schemes": [s.name for s in options.schemes], "repeats": options.repeats,
+        "budgets": list(options.budgets), "tolerance": str(options.tolerance)}
+    if probed is not None:
+        settings["forecast"] = sweep_forecast(probed, options.batches, options.nproc, recipe)
+    if bench is not None:
+        settings["time_forecast"] = sweep_time_forecast(bench, cells, recipe.name)
+    names = [s.name for s in options.schemes]
+    if "date" in names and (taken := given_settings(spec, DATE_SETTABLE)):
+        settings["date_settings"] = taken
+    return settings
+
+
+FIGURES_EVERY_S = 60.0
+"""While cells train, the figures are redrawn after a cell ends at most this often (drawing them
+takes seconds, during which no cell is started); the tables and report.md after every cell, and
+everything when the sweep ends."""
+
+
+class SweepDisplay(Protocol):
+    """What a sweep shows and writes, given by its caller."""
+
+    def progress(self, cells: list[PlannedCell], results: dict[Cell, CellResult]) -> Any:
+        """A context manager over the cells' training whose ``update()`` redraws them."""
+
+    def error(self, sentence: str) -> None:
+        """Say that a cell failed."""
+
+    def write(self, root: Path, summary: SweepSummary, results: list[CellResult],
+              settings: dict[str, Any], schemes: list[str], draw_figures: bool) -> None:
+        """Write results.csv/json, report.md and (with ``draw_figures``) the figures."""
+
+
 def run_sweep(
     recipe: Recipe,
     cells: list[PlannedCell],
     options: SweepOptions,
     root: Path,
     settings: dict[str, Any],
-    console: Console,
+    display: SweepDisplay,
     train: bool = True,
 ) -> tuple[SweepSummary, int]:
-    """Train the cells not yet finished (unless ``train`` is False), then write every output."""
-    from date_engine.sweep.report import FIGURES_EVERY_S, write_outputs
+    """Train the cells not yet finished (unless ``train`` is False), then write every output
+    through ``display``."""
     from date_engine.sweep.runner import cell_folder, run_cells
 
     names = options.labels
@@ -135,7 +182,7 @@ def run_sweep(
             results, recipe.metric_name, recipe.higher_is_better, options.tolerance, names
         )
         draw = final or time.monotonic() - drawn_at >= FIGURES_EVERY_S
-        write_outputs(root, summary, results, settings, names, draw_figures=draw)
+        display.write(root, summary, results, settings, names, draw_figures=draw)
         if draw:
             drawn_at = time.monotonic()
         return summary
@@ -148,7 +195,7 @@ def run_sweep(
             nproc=options.nproc,
             jobs=options.jobs,
             metric_name=recipe.metric_name,
-            console=console,
+            display=display,
             on_change=lambda results: report(results, final=False),
         )
     else:

@@ -20,17 +20,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
-from rich.console import Console
 
 from date_engine.errors import DateError
 from date_engine.machine import threads_per_process
 from date_engine.runfolder import RunFolder
 from date_engine.sweep.grid import Cell, PlannedCell
 from date_engine.sweep.results import CellResult, read_cell
-from date_engine.view.console import error_line
-from date_engine.view.sweep import SweepProgress
 
 __all__ = ["CellRun", "cell_command", "cell_folder", "prepare_cell", "run_cells"]
 
@@ -108,7 +106,7 @@ def run_cells(
     nproc: int = 1,
     jobs: int = 1,
     metric_name: str,
-    console: Console,
+    display: Any,
     on_change: Callable[[list[CellResult]], None] | None = None,
 ) -> tuple[list[CellResult], int]:
     """Train every cell not yet finished, ``jobs`` at a time. Returns every cell's result and the
@@ -121,7 +119,7 @@ def run_cells(
     env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_process(jobs * nproc))}
     signals, running, ends = _Signals(), [], set()
     try:
-        with SweepProgress(console, cells, results) as view:
+        with display.progress(cells, results) as view:
             while todo or running:
                 while todo and len(running) < jobs and not signals.received:
                     run = todo.pop(0)
@@ -139,7 +137,7 @@ def run_cells(
                         result.status = "running"
                         continue
                     running.remove(run)
-                    ends.add(_ended(run, code, result))
+                    ends.add(_ended(run, code, result, display.error))
                     if "usage" in ends:  # a mistake every cell would repeat: start no more
                         todo.clear()
                     if on_change is not None:
@@ -169,20 +167,18 @@ def _start(run: CellRun, nproc: int, env: dict[str, str], resume: bool) -> None:
         )
 
 
-def _ended(run: CellRun, code: int, result: CellResult) -> str | None:
+def _ended(run: CellRun, code: int, result: CellResult, say: Callable[[str], None]
+           ) -> str | None:
     """Account for a cell that exited with ``code``: 'usage' (it refused its input), 'failed'
-    (anything else that is not a finish, a divergence or a signal stop) or None."""
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    (anything else that is not a finish, a divergence or a signal stop) or None; ``say`` tells
+    the user which."""
     if code == 2:
         result.status = "failed"
-        err.print(error_line(f"cell {run.planned.cell.name}: {_error_line(run.folder)}"))
+        say(f"cell {run.planned.cell.name}: {_error_line(run.folder)}")
         return "usage"
     if code not in (0, 3, 130, 143) or (code == 0 and result.status != "done"):
         result.status = "failed"
-        err.print(
-            error_line(f"cell {run.planned.cell.name} failed (exit {code}); see "
-                       f"{run.folder.log_path}")
-        )
+        say(f"cell {run.planned.cell.name} failed (exit {code}); see {run.folder.log_path}")
         return "failed"
     return None
 

@@ -40,7 +40,7 @@ from date_engine.timing import Bench, Link, allreduce_seconds, fit_line, link_fr
 from date_engine.train.runtime import die_with_parent, setup, teardown
 from date_engine.train.step import to_device
 
-__all__ = ["main", "measure", "run"]
+__all__ = ["bench_job", "main", "measure", "micro_batch_sizes", "run"]
 
 WARMUP, REPEATS = 3, 15
 ALLREDUCE_SIZES = (1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 21, 1 << 22, 1 << 23)
@@ -181,6 +181,33 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     die_with_parent()
     return run(json.loads(Path(args.config).read_text()))
+
+
+def micro_batch_sizes(recipe: Any, given: list[int] | None) -> list[int]:
+    """The micro-batches to time: ``given``, else the recipe's and its half, quarter, eighth and
+    sixteenth (a run's micro-batches lie at or below the recipe's)."""
+    if given is not None:
+        return sorted(set(given))
+    most = recipe.default_micro_batch
+    return sorted({max(1, most >> k) for k in range(5)})
+
+
+def bench_job(spec: Any, spec_path: Path, recipe: Any, sizes: list[int], output: Path,
+              link: Link | None, nproc: int) -> int:
+    """Time ``recipe`` at each micro-batch of ``sizes`` on ``nproc`` processes (this one when 1,
+    else a torchrun job) and write bench.json to ``output``; the exit code."""
+    import dataclasses
+
+    config = json.loads(json.dumps({
+        "spec": spec.model_dump(mode="json", exclude_none=True), "spec_path": str(spec_path),
+        "recipe": spec.recipe or recipe.name, "micro_batches": sizes,
+        "output": str(output.absolute()), "link": link and dataclasses.asdict(link)}))
+    if nproc == 1:
+        return run(config)
+    from date_engine.train.launch import LaunchOptions, elastic
+
+    return elastic(json.dumps(config), LaunchOptions(nproc=nproc),
+                   module="date_engine.train.bench")
 
 
 def run(config: dict) -> int:

@@ -64,6 +64,32 @@ def probe_state(folder: Path, spec: Any) -> str:
     return "interrupted" if run.checkpoints() else "empty"
 
 
+def probe_folder(output_dir: Path | None, recipe: str, spec: Any) -> tuple[Path, bool]:
+    """Where the probe goes, and whether it continues an interrupted one there: ``output_dir``,
+    else the first of runs/<recipe>-probe, -2, -3, ... that holds no finished probe. A folder
+    whose probe was stopped before probe.json is continued from its checkpoint when it probed
+    this spec; a finished probe, or an interrupted one of another spec, is refused for
+    ``output_dir`` and passed over otherwise."""
+    from date_engine.checks import output_folder
+    from date_engine.runfolder import folder_versions
+
+    candidates = [output_dir] if output_dir is not None else \
+        folder_versions(Path(f"runs/{recipe}-probe"))
+    for folder in candidates:
+        state = probe_state(folder, spec)
+        if state in ("empty", "interrupted"):
+            return output_folder(folder, "--output-dir"), state == "interrupted"
+        if output_dir is None:
+            continue
+        if state == "finished":
+            raise DateError(f"{folder} already holds a finished probe ({folder / 'probe.json'}); "
+                            f"use it with date plan SPEC --batch B --probe "
+                            f"{folder / 'probe.json'}, or choose another --output-dir.")
+        raise DateError(f"{folder} holds an interrupted probe of another spec ({folder / 'run'}); "
+                        "choose another --output-dir, or remove that folder.")
+    raise DateError(f"runs/{recipe}-probe: every numbered folder is taken; pass --output-dir.")
+
+
 def measuring_micro_batch(batch: int, world_size: int, micro_batch: int | None) -> int:
     """The micro-batch a probe splits the baseline's batch into: ``micro_batch`` if given, else
     each process's whole share when there are several processes, and half of it (or its

@@ -4,8 +4,9 @@ curve."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -60,6 +61,18 @@ def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64
 
 
 _STYLES = ("cyan", "magenta", "green", "yellow")
+
+
+def print_plan(console: Console, path: Path, recipe: str | None, planned: RunPlan,
+               others: dict[str, Plan], sharding: Sharding | None) -> None:
+    """What ``date plan`` prints: the plan of ``path`` and, with ``others``, the comparison."""
+    width = max(32, min(console.width - 14, 90))
+    title = f"DATE plan for {path}" + (f" (recipe {recipe})" if recipe else "")
+    console.print(render_plan(planned.plan, planned.split, title, chart_width=width,
+                              sharding=sharding))
+    if others:
+        console.print()
+        console.print(render_comparison(planned.plan, others, chart_width=width))
 
 
 def render_comparison(plan: Plan, others: dict[str, Plan], chart_width: int = 64) -> RenderableType:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -17,7 +18,8 @@ from date_engine.view.plots import FIGURES
 if TYPE_CHECKING:
     from date_engine.sweep.grid import PlannedCell
 
-__all__ = ["SweepProgress", "report_markdown", "side_by_side_lines"]
+__all__ = ["SweepProgress", "print_verdicts", "report_markdown",
+           "side_by_side_lines"]
 
 
 def report_markdown(summary: SweepSummary, settings: dict[str, Any], schemes: list[str],
@@ -146,6 +148,19 @@ def side_by_side_lines(summary: SweepSummary) -> list[str]:
         out.append(f"{c.scheme} − {c.other} at {c.batch}: {p.mean:+.3g} over {n} seed"
                    f"{'s' if n > 1 else ''}{interval}: {_reads(c, reading)}{needed}")
     return out
+
+
+def print_verdicts(console: Console, summary: SweepSummary, schemes: list[str],
+                   report: Path) -> None:
+    """What ``date sweep`` ends with: each scheme's verdict, the side-by-side readings, the
+    report's path."""
+    from rich.text import Text
+
+    for scheme, verdict in summary.verdicts(schemes).items():
+        console.print(Text.assemble((scheme, "bold"), f": {verdict}."), soft_wrap=True)
+    for line in side_by_side_lines(summary):
+        console.print(f"{line}.", soft_wrap=True, markup=False, highlight=False)
+    console.print(f"report: {report}", soft_wrap=True, markup=False)
 
 
 def _interval(p: Paired) -> str:

@@ -52,3 +52,20 @@ def recipes_table(recipes: list[Recipe]) -> Table:
                       f"{row['metric']} ({'higher' if row['higher_is_better'] else 'lower'} is "
                       "better)", ", ".join(row["baselines"]) or "—")
     return table
+
+
+def print_recipes(recipes: list[Recipe], as_json: bool, terminal: bool) -> None:
+    """``date recipes``: a JSON list, a table on a terminal, else one tab-separated line per
+    recipe with every field whole."""
+    import json
+
+    if as_json:
+        print(json.dumps(recipe_rows(recipes), indent=2))
+    elif terminal:
+        from rich.console import Console
+
+        Console().print(recipes_table(recipes))
+    else:
+        for row in recipe_rows(recipes):
+            print("\t".join("" if v is None else ",".join(v) if isinstance(v, list) else str(v)
+                            for v in row.values()))

@@ -1,4 +1,5 @@
-"""A sweep's outputs: results.csv, results.json, report.md and the figures.
+"""A sweep's outputs: results.csv, results.json, report.md and the figures (what
+:class:`SweepDisplay` writes for :func:`date_engine.sweep.run_sweep`).
 
 The figures are the paper's: the final metric against the batch per scheme (its Fig. 1), and the
 time to the baseline's accuracy against the batch (its Fig. 2); besides them the LR schedules and
@@ -14,18 +15,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from date_engine.plan import Plan
 from date_engine.runfolder import RunFolder
+from date_engine.sweep import FIGURES_EVERY_S
+from date_engine.sweep.grid import PlannedCell
 from date_engine.sweep.results import CellResult, SweepSummary
+from date_engine.sweep.runner import cell_folder
+from date_engine.view.console import error_line
 from date_engine.view.plots import FIGURES, sweep_figures
-from date_engine.view.sweep import report_markdown
+from date_engine.view.sweep import SweepProgress, report_markdown
 
-__all__ = ["FIGURES_EVERY_S", "write_outputs"]
+__all__ = ["SweepDisplay", "write_outputs"]
 
-FIGURES_EVERY_S = 60.0
-"""While cells train, the figures are redrawn after a cell ends at most this often (drawing them
-takes seconds, during which no cell is started); the tables and report.md after every cell, and
-everything when the sweep ends."""
 LATER = (f"they are drawn when the sweep ends, and at most once every {FIGURES_EVERY_S:.0f} s "
          "while it runs")
 
@@ -36,8 +39,6 @@ def write_outputs(root: Path, summary: SweepSummary, results: list[CellResult],
     """Write every output of the sweep into ``root``; returns the paths written. Without
     ``draw_figures`` the figures are left as the last draw left them (report.md links those
     there are), the tables and report.md written anew."""
-    from date_engine.sweep.runner import cell_folder
-
     def plan_of(result: CellResult) -> Plan | None:
         run_plan = RunFolder(cell_folder(root, result.cell)).read_plan()
         return run_plan.plan if run_plan is not None else None
@@ -67,3 +68,21 @@ def _csv(path: Path, results: list[CellResult]) -> Path:
         writer.writeheader()
         writer.writerows(rows)
     return path
+
+
+class SweepDisplay:
+    """``date sweep``'s display (:class:`date_engine.sweep.SweepDisplay`): the cells live on
+    ``console``, failures on stderr, the outputs by :func:`write_outputs`."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def progress(self, cells: list[PlannedCell], results: dict) -> SweepProgress:
+        return SweepProgress(self.console, cells, results)
+
+    def error(self, sentence: str) -> None:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(error_line(sentence))
+
+    def write(self, root: Path, summary: SweepSummary, results: list[CellResult],
+              settings: dict[str, Any], schemes: list[str], draw_figures: bool) -> None:
+        write_outputs(root, summary, results, settings, schemes, draw_figures=draw_figures)

@@ -1,0 +1,65 @@
+"""``date plan --emit``: the plan as settings for another trainer, ready to paste."""
+
+from __future__ import annotations
+
+import json
+
+from date_engine.integrations import hf_arguments, hf_flags, lightning_settings, split_settings
+from date_engine.runplan import RunPlan
+
+__all__ = ["emitted", "plan_call"]
+
+
+def plan_call(spec: str, run: RunPlan, overrides: list[str], probe: str | None,
+              budget: str | None) -> str:
+    """The ``plan_for(...)`` call that gives ``run`` in Python."""
+    args = [repr(spec), f"batch={run.split.batch}", f"devices={run.split.world_size}",
+            f"micro_batch={run.split.micro_batch}"]
+    if overrides:
+        args.append(f"overrides={overrides!r}")
+    if probe is not None:
+        args.append(f"probe={probe!r}")
+    if budget is not None:
+        args.append(f"budget={budget!r}")
+    return f"plan_for({', '.join(args)})"
+
+
+def emitted(target: str, run: RunPlan, grad_clip: float | None, call: str) -> str:
+    """The text ``--emit target`` prints: hf-args (flags, one per line), lightning or accelerate
+    (Python), json (everything, for scripts)."""
+    if target == "hf-args":
+        return " \\\n".join(hf_flags(run, grad_clip))
+    split = split_settings(run)
+    if target == "lightning":
+        trainer = ", ".join(f"{k}={v!r}" for k, v in
+                            lightning_settings(run, grad_clip)["trainer"].items())
+        return "\n".join([
+            "from date_engine import plan_for",
+            "from date_engine.integrations.lightning import DatePlan, optimizers_for",
+            "",
+            f"run = {call}",
+            f"trainer = L.Trainer({trainer}, callbacks=[DatePlan(run)])",
+            f"loader = DataLoader(train_set, batch_size={split['per_device_batch']}, "
+            "shuffle=True)",
+            "# in your LightningModule:",
+            "#     def configure_optimizers(self):",
+            "#         return optimizers_for(self, run)",
+        ])
+    if target == "accelerate":
+        return "\n".join([
+            "from date_engine import optimizer_for, plan_for, scheduler_for",
+            "",
+            f"run = {call}",
+            "accelerator = Accelerator(step_scheduler_with_optimizer=False, "
+            f"gradient_accumulation_steps={split['accumulation_steps']})",
+            f"loader = DataLoader(train_set, batch_size={split['per_device_batch']}, "
+            "shuffle=True)",
+            "optimizer = optimizer_for(model, run)",
+            "scheduler = scheduler_for(optimizer, run)   # not prepared: step it yourself",
+            "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)",
+            f"# train {split['max_steps']} optimizer steps; after each, when "
+            "accelerator.sync_gradients: scheduler.step()",
+        ])
+    return json.dumps({"split": split, "hf": hf_arguments(run, grad_clip),
+                       "lightning": lightning_settings(run, grad_clip), "python": call,
+                       "plan": run.to_dict()}, indent=2)

@@ -1,0 +1,114 @@
+"""A torchrun worker for tests/test_integrations.py: runs one of the examples (hf_trainer,
+lightning_trainer, accelerate_loop) unchanged, watching every optimizer step through torch's
+global hooks, and writes what it saw (rank 0) to the JSON file named by argv[2].
+
+Per optimizer step of the DATE optimizer the tool built: the LR, betas, eps and weight decay its
+group held as it stepped; the samples all processes' forward passes saw since the last step; and
+how far the step's update of the first layer was from one computed by hand — the base optimizer
+(torch's AdamW) stepped on a copy of that layer from the same state, times DATE's ratio r_l from
+every adapted layer's weight and gradient norms (the ratio rule applied by hand).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.modules.module import register_module_forward_hook
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
+
+from date_engine.optim import DATE
+from date_engine.optim.ratios import layer_ratios
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+class Watch:
+    def __init__(self, model_class: type) -> None:
+        self.model_class, self.seen, self.steps, self.before = model_class, 0, [], None
+
+    def forward(self, module, args, kwargs, output) -> None:
+        if type(module) is self.model_class and module.training:
+            x = args[0] if args else kwargs["x"]
+            self.seen += len(x)
+
+    def pre(self, optimizer, args, kwargs):
+        """Snapshot the layer before the step; after the closure's backward where the tool
+        passes one (Lightning computes the last micro-batch's gradient inside the step)."""
+        if not isinstance(optimizer, DATE):
+            return None
+        # torch passes the step's own arguments, the optimizer first
+        closure = args[1] if len(args) > 1 else kwargs.get("closure")
+        if closure is None:
+            self.snapshot(optimizer)
+            return None
+
+        def then_snapshot():
+            loss = closure()
+            self.snapshot(optimizer)
+            return loss
+
+        return (args[0], then_snapshot), {}
+
+    def snapshot(self, optimizer) -> None:
+        group = optimizer.param_groups[0]
+        adapted = [p for g in optimizer.param_groups for p in g["params"]
+                   if p.grad is not None and p.ndim > 1]
+        first = adapted[0]
+        state = {k: v.clone() if torch.is_tensor(v) else v
+                 for k, v in optimizer.state.get(first, {}).items()}
+        ratios = layer_ratios(torch.stack([p.detach().norm() for p in adapted]),
+                              torch.stack([p.grad.norm() for p in adapted]), optimizer.rule)
+        self.before = (first, first.detach().clone(), first.grad.clone(), state,
+                       float(ratios[0]), dict(group))
+
+    def post(self, optimizer, args, kwargs) -> None:
+        if not isinstance(optimizer, DATE):
+            return
+        first, w, g, state, ratio, group = self.before
+        copy = w.clone().requires_grad_(True)
+        base = torch.optim.AdamW([copy], lr=group["lr"], betas=group["betas"], eps=group["eps"],
+                                 weight_decay=group["weight_decay"])
+        if state:
+            base.state[copy] = state
+        copy.grad = g
+        base.step()
+        expected = w + ratio * (copy.detach() - w)
+        error = ((first.detach() - expected).norm() / (expected - w).norm()).item()
+        # float32 rounds w_after to about 2^-24·|w| per element: that much of the error is noise
+        noise = (2.0 ** -23 * w.norm() / (expected - w).norm()).item()
+        seen = torch.tensor([self.seen], dtype=torch.long)
+        if dist.is_initialized():
+            dist.all_reduce(seen)
+        self.seen = 0
+        self.steps.append({"lr": group["lr"], "betas": list(group["betas"]), "eps": group["eps"],
+                           "weight_decay": group["weight_decay"], "samples": int(seen),
+                           "ratio": ratio, "update_error": error,
+                           "rounding": noise})
+
+
+def main(example: str, out: str) -> None:
+    sys.path.insert(0, str(EXAMPLES))
+    module = importlib.import_module(example)
+    shared = importlib.import_module("_digits")
+    watch = Watch(shared.MLP)
+    register_module_forward_hook(watch.forward, with_kwargs=True)
+    register_optimizer_step_pre_hook(watch.pre)
+    register_optimizer_step_post_hook(watch.post)
+    accuracy = module.main()
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    if rank == 0:
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        Path(out).write_text(json.dumps({"world": world, "accuracy": accuracy,
+                                         "steps": watch.steps}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
