@@ -1,0 +1,229 @@
+"""The plan inside Hugging Face's Trainer, Lightning and accelerate, tested with those packages:
+the settings `date plan --emit` prints, the checks of a trainer's settings against the plan, and
+each tool training the examples on 2 processes, step by step against the plan."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from date_engine import DateError, plan_for
+from date_engine.cli import app
+from tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "examples"))
+import _digits  # noqa: E402
+
+runner = CliRunner()
+
+
+def _emit(target: str, *args: str):
+    return runner.invoke(app, ["plan", "lstm-mnist-adam", "--batch", "2k", "--devices", "8",
+                               "--micro-batch", "64", "--emit", target, *args])
+
+
+def test_hf_args_pasted_through_hf_argument_parser_give_the_plans_values(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    result = _emit("hf-args")
+    assert result.exit_code == 0, result.output
+    flags, note = result.stdout, result.stderr
+    assert "DATE's per-layer ratios" in note and len(note.strip().splitlines()) == 1
+    parser = transformers.HfArgumentParser(transformers.TrainingArguments)
+    (args,) = parser.parse_args_into_dataclasses(
+        shlex.split(flags.replace("\\\n", " ")) + ["--output_dir", str(tmp_path)])
+    run = plan_for("lstm-mnist-adam", 2048, devices=8, micro_batch=64)
+    plan, split = run
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (64, 4)
+    assert split.batch == 8 * 64 * 4
+    assert args.max_steps == plan.total_iterations
+    assert args.learning_rate == plan.peak_lr
+    assert (args.adam_beta1, args.adam_beta2) == plan.optimizer.options["betas"]
+    assert args.adam_epsilon == plan.optimizer.options["eps"]
+    assert args.weight_decay == plan.optimizer.options["weight_decay"]
+    assert args.max_grad_norm == 0  # the baseline does not clip; HF would at 1.0
+    assert args.optim == "adamw_torch"  # Adam without weight decay: the same update
+
+
+def test_emit_lightning_and_accelerate_give_code_whose_plan_is_the_printed_one():
+    for target in ("lightning", "accelerate"):
+        result = _emit(target)
+        assert result.exit_code == 0, result.output
+        call = next(line.split(" = ", 1)[1] for line in result.stdout.splitlines()
+                    if line.startswith("run = "))
+        assert eval(call, {"plan_for": plan_for}) == plan_for("lstm-mnist-adam", 2048,
+                                                             devices=8, micro_batch=64)
+    lightning = _emit("lightning").stdout
+    assert "accumulate_grad_batches=4" in lightning and "batch_size=64" in lightning
+    assert "step_scheduler_with_optimizer=False" in _emit("accelerate").stdout
+    document = json.loads(_emit("json").stdout)
+    assert document["split"] == {"per_device_batch": 64, "devices": 8, "accumulation_steps": 4,
+                                 "batch": 2048, "max_steps": document["plan"]["total_iterations"]}
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--emit", "deepspeed"], "--emit: must be one of hf-args, lightning, accelerate, json"),
+    (["--emit", "hf-args", "--devices", "7"], "does not divide evenly over 7 processes"),
+    (["--emit", "lightning", "--budget", "ramp"], "--probe"),
+])
+def test_a_bad_emit_gets_one_sentence_and_exit_2(args, says):
+    result = runner.invoke(app, ["plan", "lenet-digits", "--batch", "512", *args])
+    assert result.exit_code == 2
+    assert says in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) <= 2
+
+
+def test_a_ramp_cannot_be_emitted():
+    from date_engine.integrations import split_settings
+
+    run = plan_for("lenet-digits", 512)
+    ramp = run._replace(plan=dataclasses.replace(run.plan, ramp=(object(),)))
+    with pytest.raises(DateError, match="batch ramp .* cannot follow"):
+        split_settings(ramp)
+
+
+def _tiny_trainer(tmp_path, **overrides):
+    from date_engine.integrations.hf import DateTrainer, training_arguments
+
+    run = _digits.plan(devices=1)
+    x, y, _, _ = _digits.digits()
+    args = training_arguments(run, str(tmp_path), use_cpu=True, report_to="none",
+                              save_strategy="no", disable_tqdm=True, **overrides)
+    model = _digits.MLP()
+    train = [{"x": a, "labels": b} for a, b in zip(x, y)]
+    return DateTrainer(model=model, args=args, train_dataset=train, plan=run), model
+
+
+@pytest.mark.parametrize("overrides, says", [
+    ({"per_device_train_batch_size": 16}, "per_device_train_batch_size=32, "
+                                          "gradient_accumulation_steps=4 and max_steps=32"),
+    ({"gradient_accumulation_steps": 1}, "1 × 32 × 1 = 32 samples per optimizer step, not the "
+                                         "plan's 128"),
+    ({"max_steps": 100}, "max_steps 100 (the plan: 32 optimizer steps)"),
+    ({"auto_find_batch_size": True}, "auto_find_batch_size halves the per-device batch"),
+])
+def test_the_hf_trainer_set_against_the_plan_is_refused_before_a_step(tmp_path, overrides, says):
+    pytest.importorskip("transformers")
+    trainer, model = _tiny_trainer(tmp_path, **overrides)
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(DateError) as refused:
+        trainer.train()
+    assert says in str(refused.value)
+    assert trainer.optimizer is None  # nothing built, nothing stepped
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_the_hf_trainer_takes_no_optimizers_of_its_own(tmp_path):
+    pytest.importorskip("transformers")
+    from date_engine.integrations.hf import DateTrainer
+
+    with pytest.raises(TypeError, match="plan= takes a RunPlan"):
+        DateTrainer(model=_digits.MLP(), plan=_digits.plan(1).plan)
+    with pytest.raises(ValueError, match="leave optimizers= out"):
+        DateTrainer(model=_digits.MLP(), plan=_digits.plan(1), optimizers=(object(), None))
+
+
+def test_lightning_set_against_the_plan_is_refused_before_a_step():
+    lightning = pytest.importorskip("lightning")
+    from date_engine.integrations.lightning import DatePlan, optimizers_for
+
+    run = _digits.plan(devices=1)
+    sys.path.insert(0, str(ROOT / "examples"))
+    from lightning_trainer import Classifier
+
+    module = Classifier(run)
+    before = [p.detach().clone() for p in module.parameters()]
+    x, y, _, _ = _digits.digits()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=32)
+    trainer = lightning.Trainer(accelerator="cpu", devices=1, accumulate_grad_batches=1,
+                                max_steps=32, callbacks=[DatePlan(run)], logger=False,
+                                enable_checkpointing=False, enable_progress_bar=False,
+                                enable_model_summary=False)
+    with pytest.raises(DateError, match=r"accumulate_grad_batches=4, max_steps=32\) and a "
+                                        r"dataloader of batch_size=32"):
+        trainer.fit(module, loader)
+    assert all(torch.equal(a, b) for a, b in zip(before, module.parameters()))
+    config = optimizers_for(module.model, run)
+    assert config["lr_scheduler"]["interval"] == "step"
+    assert config["optimizer"].param_groups[0]["lr"] == run.plan.lr(1)
+
+
+def test_a_missing_extra_gets_the_pip_command():
+    for module, extra, blocked in (("date_engine.integrations.hf", "hf", "transformers"),
+                                   ("date_engine.integrations.lightning", "lightning",
+                                    "lightning")):
+        code = (f"import sys; sys.modules[{blocked!r}] = None\n"
+                "from date_engine import DateError\n"
+                f"try:\n    import {module}\n"
+                "except DateError as e:\n    print(e)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             cwd=ROOT, check=True).stdout.strip()
+        assert out == f"{blocked} is not installed; run: pip install 'date-engine[{extra}]'"
+
+
+def test_the_api_builds_the_plans_optimizer_and_schedule():
+    """optimizer_for: DATE over the base with the plan's options, or the base alone; the
+    scheduler gives optimizer step s the plan's lr(s)."""
+    from date_engine import optimizer_for, scheduler_for
+    from date_engine.optim import DATE
+
+    run = _digits.plan(devices=2)
+    model = _digits.MLP()
+    dated, plain = optimizer_for(model, run), optimizer_for(model, run, date=False)
+    assert isinstance(dated, DATE) and isinstance(plain, torch.optim.AdamW)
+    for opt in (dated, plain):
+        group = opt.param_groups[0]
+        assert (group["betas"], group["eps"], group["weight_decay"]) == (
+            run.plan.optimizer.options["betas"], run.plan.optimizer.options["eps"],
+            run.plan.optimizer.options["weight_decay"])
+    scheduler = scheduler_for(plain, run)
+    for step in range(1, run.plan.total_iterations + 1):
+        assert plain.param_groups[0]["lr"] == pytest.approx(run.plan.lr(step), rel=1e-12)
+        plain.step()
+        scheduler.step()
+    assert run.split.batch == 128 and run.split.accumulation_steps == 2
+
+
+# ---------------------------------------------------------------- each tool, 2 processes, real
+
+
+def _watched(example: str, tmp_path) -> dict:
+    out = tmp_path / f"{example}.json"
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(ROOT / "tests" / "integration_worker.py"), example, str(out)],
+        cwd=ROOT, check=True, capture_output=True, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example, package", [("hf_trainer", "transformers"),
+                                              ("lightning_trainer", "lightning"),
+                                              ("accelerate_loop", "accelerate")])
+def test_each_tool_trains_the_plan_step_by_step_on_two_processes(example, package, tmp_path):
+    """Every optimizer step: the LR the optimizer used is plan.lr(step); β2, ε and λ are the
+    plan's; the samples all processes saw are the plan's batch; the first layer's update is the
+    base optimizer's times DATE's ratio, computed by hand (tests/integration_worker.py)."""
+    pytest.importorskip(package)
+    seen = _watched(example, tmp_path)
+    plan, split = _digits.plan(devices=2)
+    steps = seen["steps"]
+    assert seen["world"] == 2 and split.accumulation_steps == 2
+    assert len(steps) == plan.total_iterations >= 30
+    options = plan.optimizer.options
+    for i, step in enumerate(steps, start=1):
+        assert step["lr"] == pytest.approx(plan.lr(i), rel=1e-9), i
+        assert tuple(step["betas"]) == options["betas"] and step["eps"] == options["eps"]
+        assert step["weight_decay"] == options["weight_decay"]
+        assert step["samples"] == split.batch, i
+        assert step["update_error"] <= max(1e-4, 4 * step["rounding"]), (i, step)
+    assert max(abs(s["ratio"] - 1) for s in steps) > 0.3  # the ratios are not all 1
+    assert seen["accuracy"] > 0.8
