@@ -457,6 +457,19 @@ def recipes_copy_command(name: o.CopyNameArg, dest: o.CopyDestArg = None,
               "--batch B")
 
 
+@recipes_app.command("new", epilog="Example: date recipes new my_model, then date scale "
+                     "my_model.yaml --batch 256")
+def recipes_new_command(name: o.NewNameArg, force: o.ForceOpt = False) -> None:
+    """Write a recipe of your own to fill in (NAME.py: a model and its data) and its baseline
+    (NAME.yaml); both run as written, on scikit-learn's digits."""
+    with user_errors():
+        from date_engine.recipes.template import write_template
+
+        py, spec = write_template(name, Path("."), force)
+        print(f"wrote {py} and {spec}; put your model and data in {py}, your baseline in {spec}, "
+              f"then: date plan {spec} --batch B")
+
+
 # ---------------------------------------------------------------------------------- date data
 
 data_app = typer.Typer(help="Lay out data sets that install offline in the formats recipes read.",

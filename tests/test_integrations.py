@@ -227,3 +227,75 @@ def test_each_tool_trains_the_plan_step_by_step_on_two_processes(example, packag
         assert step["update_error"] <= max(1e-4, 4 * step["rounding"]), (i, step)
     assert max(abs(s["ratio"] - 1) for s in steps) > 0.3  # the ratios are not all 1
     assert seen["accuracy"] > 0.8
+
+
+SAME_RUN = '''
+import torch
+from date_engine.recipes.simple import classifier
+
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Tanh(), torch.nn.Linear(32, 10))
+
+def data():
+    from sklearn.datasets import load_digits
+    x, y = load_digits(return_X_y=True)
+    x, y = torch.tensor(x[:128], dtype=torch.float32) / 16, torch.tensor(y[:128])
+    return (x, y), (x, y)
+
+def recipe():
+    return classifier("same-run", model=model, data=data, micro_batch=64, dataset_size=128)
+'''
+
+SAME_SPEC = '''recipe: same_run:recipe
+baseline: {batch_size: 16, lr: 0.0005, warmup_epochs: 2, epochs: 20,
+           optimizer: {name: adamw, weight_decay: 0.01}}
+train: {checkpoint_every: 100}
+'''
+
+
+@pytest.mark.slow
+def test_the_hf_trainer_ends_where_date_scale_does(tmp_path, monkeypatch):
+    """The same baseline at 8× (batch 128 = the whole data set, so every step sees the same
+    samples whatever the order; 2 micro-batches of 64 accumulated), trained by date scale and by
+    HF's Trainer with DateTrainer: the same weights at the end, within float rounding."""
+    pytest.importorskip("transformers")
+    from date_engine.integrations.hf import DateTrainer, training_arguments
+
+    (tmp_path / "same_run.py").write_text(SAME_RUN)
+    (tmp_path / "same.yaml").write_text(SAME_SPEC)
+    subprocess.run([sys.executable, "-m", "date_engine", "scale", "same.yaml", "--batch", "128",
+                    "-o", "run"], cwd=tmp_path, check=True, capture_output=True, timeout=300,
+                   env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"})
+    checkpoint = max((tmp_path / "run" / "checkpoints").glob("*.pt"))
+    ours = torch.load(checkpoint, weights_only=False)["model"]
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import same_run
+
+    run = plan_for(tmp_path / "same.yaml", 128, recipe=same_run.recipe())
+    assert (run.split.micro_batch, run.split.accumulation_steps) == (64, 2)
+    assert run.plan.total_iterations == 20 and run.plan.scale == 8
+
+    class Labelled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = same_run.model()
+
+        def forward(self, x, labels):
+            return {"loss": torch.nn.functional.cross_entropy(self.net(x), labels)}
+
+    (x, y), _ = same_run.data()
+    hf = Labelled()
+    args = training_arguments(run, str(tmp_path / "hf"), use_cpu=True, report_to="none",
+                              save_strategy="no", disable_tqdm=True)
+    DateTrainer(model=hf, args=args, train_dataset=[{"x": a, "labels": b} for a, b in zip(x, y)],
+                plan=run).train()
+    theirs = hf.net.state_dict()
+    start = same_run.model().state_dict()
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        moved = (ours[name] - start[name]).abs().max().item()
+        assert moved > 1e-3, name  # both trained
+        assert torch.allclose(ours[name], theirs[name], rtol=0, atol=2e-6), \
+            (name, (ours[name] - theirs[name]).abs().max().item())

@@ -8,11 +8,10 @@ on the validation split, exp(mean negative log-likelihood per token).
 
 from __future__ import annotations
 
-import math
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from date_engine.recipes import DataOptions, Recipe, RecipeData, register_recipe
+from date_engine.recipes.simple import perplexity, token_loss, token_nll
 
 
 class SmallOptions(BaseModel):
@@ -68,33 +67,13 @@ def _model(options: SmallOptions):
     )
 
 
-def _loss(model, batch, data=None):
-    import torch.nn.functional as F
-
-    x, y = batch
-    logits = model(x)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-
-
-def _evaluate(model, batch, data=None):
-    import torch.nn.functional as F
-
-    x, y = batch
-    logits = model(x).float()
-    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum")
-    return {"nll": nll, "tokens": y.numel()}
-
-
-def _perplexity(stats: dict[str, float]) -> float:
-    return math.exp(stats["nll"] / max(stats["tokens"], 1))
-
-
 def _recipe(name: str, options, micro: int, model_name: str) -> Recipe:
     return Recipe(
         name=name, model_name=model_name, dataset_name="Penn Treebank (ptb.*.txt)",
         metric_name="perplexity", higher_is_better=False, default_micro_batch=micro,
-        dataset_size=None, build_model=_model, build_data=_data, loss=_loss, evaluate=_evaluate,
-        metric=_perplexity, options=options, description=f"{model_name}; validation perplexity.")
+        dataset_size=None, build_model=_model, build_data=_data, loss=token_loss,
+        evaluate=token_nll, metric=perplexity, options=options,
+        description=f"{model_name}; validation perplexity.")
 
 
 @register_recipe("ptb-small")
