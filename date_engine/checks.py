@@ -15,6 +15,7 @@ __all__ = [
     "check_backend",
     "check_dataset_size",
     "check_endpoint",
+    "check_launch",
     "check_port",
     "output_file",
     "output_folder",
@@ -144,3 +145,16 @@ def check_dataset_size(n: int, source: str, held: int, batch: int, data_dir: str
                         f"{n / held:.3g}×. Set baseline.dataset_size: {held}, or point "
                         "train.data_dir at the whole data set.")
     return f"the plan counts epochs of {n} samples ({source}) but the training set holds {held}."
+
+
+def check_launch(nproc: int, backend: str | None = None, endpoint: str | None = None,
+                  port: int | None = None) -> None:
+    """The launch options of date scale, probe and bench, before any process starts."""
+    if nproc < 1:
+        raise DateError(f"--nproc must be a positive whole number, got {nproc}.")
+    check_endpoint(endpoint)
+    check_port(port, "--master-port")
+    if backend is not None:
+        import torch
+
+        check_backend(backend, torch.cuda.is_available())

@@ -17,14 +17,7 @@ import typer
 from rich.console import Console
 
 from date_engine import cli_options as o
-from date_engine.checks import (
-    check_backend,
-    check_endpoint,
-    check_port,
-    output_file,
-    output_folder,
-    parse_size,
-)
+from date_engine.checks import check_launch, output_file, output_folder, parse_size
 from date_engine.errors import DateError
 from date_engine.probe import DEFAULT_POINTS, DEFAULT_SHARE
 from date_engine.spec import Spec
@@ -100,19 +93,6 @@ def _command_line(command: str) -> str:
     return "" if args is None else " ".join(["date", command, *map(shlex.quote, args)])
 
 
-def _check_launch(nproc: int, backend: str | None = None, endpoint: str | None = None,
-                  port: int | None = None) -> None:
-    """The launch options, before any process starts."""
-    if nproc < 1:
-        raise DateError(f"--nproc must be a positive whole number, got {nproc}.")
-    check_endpoint(endpoint)
-    check_port(port, "--master-port")
-    if backend is not None:
-        import torch
-
-        check_backend(backend, torch.cuda.is_available())
-
-
 # ---------------------------------------------------------------------------------- date plan
 
 
@@ -135,6 +115,7 @@ def plan_command(
     from date_engine.recipes import spec_recipe
     from date_engine.sweep.schemes import SCHEMES, scheme_spec
     from date_engine.timing import parse_link
+    from date_engine.view.plan import plan_document
 
     with user_errors():
         if plot is not None:
@@ -147,8 +128,10 @@ def plan_command(
         size, recipe, world = parse_size(batch, "--batch"), spec_recipe(spec), devices or nproc
         planned = plan_for(spec, size, devices=world, micro_batch=micro_batch, recipe=recipe)
         if emit is not None:
-            return _emit(emit, planned, spec, arg=spec_arg, overrides=list(overrides or ()),
-                         probe=probe and str(probe.absolute()), budget=budget)
+            from date_engine.view.emit import plan_call, print_emitted
+
+            return print_emitted(emit, planned, spec.train.grad_clip, plan_call(
+                spec_arg, planned, list(overrides or ()), probe and str(probe.absolute()), budget))
         others = {name: plan_for(scheme_spec(spec, SCHEMES[name]), size, devices=world,
                                  micro_batch=micro_batch, recipe=recipe).plan
                   for name in ("paper" if spec.date.rule == "date" else "date", "linear")
@@ -163,7 +146,8 @@ def plan_command(
         parameters = recipe.parameter_count(recipe.parse_options(spec.model)) \
             if spec.train.parallel == "fsdp" and recipe is not None else None
         if as_json:
-            print(json.dumps(_plan_document(planned, parameters, others, times, spec), indent=2))
+            print(json.dumps(plan_document(planned, parameters, others, times, spec.date.budget),
+                             indent=2))
         else:
             from date_engine.view.plan import print_plan
 
@@ -178,31 +162,6 @@ def plan_command(
                               "bench SPEC on your hardware).", markup=False, soft_wrap=True)
         if plot is not None:
             _stderr().print(f"LR curve written to {plot}", markup=False)
-
-
-def _plan_document(planned, parameters, others, times, spec: Spec) -> dict:
-    document = planned.document(parameters)
-    if others:
-        document["compare"] = {name: p.to_dict() for name, p in others.items()}
-    if times:
-        document["time"] = {**times[spec.date.budget].to_dict(), "budgets": {
-            name: {"steps": t.steps, "run_seconds": t.run_seconds, "speedup": t.speedup}
-            for name, t in times.items()}}
-    return document
-
-
-def _emit(target: str, planned, spec: Spec, **call) -> None:
-    """``date plan --emit TARGET``: the settings on stdout, what they cannot carry on stderr."""
-    from date_engine.integrations import CANNOT_EXPRESS, EMIT_TARGETS, hf_caveat
-    from date_engine.view.emit import emitted, plan_call
-
-    if target not in EMIT_TARGETS:
-        raise DateError(f"--emit: must be one of {', '.join(EMIT_TARGETS)}; got {target!r}.")
-    python = plan_call(call["arg"], planned, call["overrides"], call["probe"], call["budget"])
-    print(emitted(target, planned, spec.train.grad_clip, python))
-    if target != "json":
-        caveat = hf_caveat(planned) if target == "hf-args" else CANNOT_EXPRESS
-        _stderr().print(f"note: {caveat}", markup=False)
 
 
 # ---------------------------------------------------------------------------------- date scale
@@ -231,7 +190,7 @@ def scale_command(
         size, recipe_ref = parse_size(batch, "--batch"), recipe if recipe is not None \
             else spec.recipe
         found = spec_recipe(spec, recipe_ref, source=str(path), to_train=True, option=True)
-        _check_launch(nproc, backend, rdzv_endpoint, master_port)
+        check_launch(nproc, backend, rdzv_endpoint, master_port)
         from date_engine.train.config import RunConfig
         from date_engine.train.launch import LaunchOptions, launch
         from date_engine.train.runtime import job_environment
@@ -286,7 +245,7 @@ def probe_command(
 
         path, spec = _spec(spec_arg, overrides)
         recipe = spec_recipe(spec, source=str(path), to_train=True)
-        _check_launch(nproc)
+        check_launch(nproc)
         measuring_micro_batch(spec.baseline.batch_size, nproc, micro_batch)  # refuse up front
         folder, resume = probe_folder(output_dir, recipe.name, spec)
         options = ProbeOptions(share=share, points=points, max_minutes=budget_minutes,
@@ -337,7 +296,7 @@ def bench_command(
 
         path, spec = _spec(spec_arg, overrides)
         recipe = spec_recipe(spec, source=str(path), to_train=True)
-        _check_launch(nproc)
+        check_launch(nproc)
         given = parse_link(link) if link is not None else None
         sizes = micro_batch_sizes(recipe, None if micro_batches is None else [
             parse_size(x, "--micro-batches") for x in micro_batches.split(",")])
@@ -368,51 +327,37 @@ def sweep_command(
 
     Trains the baseline and every (batch, scheme, seed) cell through `date scale`; a re-run skips
     finished cells and resumes interrupted ones."""
+    from date_engine import sweep as sw
     from date_engine.recipes import spec_recipe
-    from date_engine.sweep import (
-        SweepOptions,
-        Tolerance,
-        parse_batches,
-        parse_budgets,
-        parse_grid_options,
-        parse_lr_grid,
-        parse_schemes,
-        plan_sweep,
-        run_sweep,
-        sweep_settings,
-    )
-    from date_engine.sweep.schemes import unused_settings
+    from date_engine.sweep.schemes import unused_note
     from date_engine.view.report import SweepDisplay
     from date_engine.view.sweep import print_verdicts
 
     with user_errors():
         path, spec = _spec(spec_arg, overrides)
         recipe = spec_recipe(spec, source=str(path), to_train=True)
-        options = SweepOptions(
-            batches=parse_batches(batches), schemes=parse_schemes(schemes), repeats=repeats,
-            lr_grid=tuple(parse_lr_grid(lr_grid)), tolerance=Tolerance.parse(tolerance),
+        options = sw.SweepOptions(
+            batches=sw.parse_batches(batches), schemes=sw.parse_schemes(schemes), repeats=repeats,
+            lr_grid=tuple(sw.parse_lr_grid(lr_grid)), tolerance=sw.Tolerance.parse(tolerance),
             evals=evals, nproc=nproc, jobs=jobs,
-            budgets=tuple(parse_budgets(budgets)) if budgets is not None else (),
+            budgets=tuple(sw.parse_budgets(budgets)) if budgets is not None else (),
             probe=str(probe.resolve()) if probe is not None else None,
-            grid_options=parse_grid_options(grid_set))
+            grid_options=sw.parse_grid_options(grid_set))
         root = output_folder(output_dir or Path("sweeps") / path.stem, "--output-dir")
-        cells = plan_sweep(spec, options, recipe)
+        cells = sw.plan_sweep(spec, options, recipe)
         console = Console(highlight=False)
-        settings = sweep_settings(path, spec, recipe, options, cells, list(overrides or ()),
+        settings = sw.sweep_settings(path, spec, recipe, options, cells, list(overrides or ()),
                                   _command_line("sweep"),
                                   _spec(spec_arg, overrides, probe)[1] if probe else None, bench)
-        if unused := unused_settings(spec, [s.name for s in options.schemes]):
+        if note := unused_note(spec, [s.name for s in options.schemes]):
             from date_engine.view.console import note_line
 
-            console.print(note_line(
-                f"{', '.join(unused)} reaches no scheme's cells: the schemes (--schemes) set their "
-                "own rule, and every one but date its own LR scaling and warmup; to compare the "
-                "default rule's settings, sweep the date scheme with them."), soft_wrap=True)
+            console.print(note_line(note), soft_wrap=True)
         if not report_only:
             console.print(f"date sweep: {len(cells)} cells of {recipe.name} into {root}; finished "
                           "cells are skipped, interrupted ones resumed.", soft_wrap=True,
                           markup=False)
-        summary, code = run_sweep(recipe, cells, options, root, settings, SweepDisplay(console),
+        summary, code = sw.run_sweep(recipe, cells, options, root, settings, SweepDisplay(console),
                                   train=not report_only)
         if code != 2:  # after a refused input the error above is all there is to say
             print_verdicts(console, summary, options.labels, root / "report.md")

@@ -10,7 +10,7 @@ from date_engine.errors import DateError
 
 __all__ = ["write_template"]
 
-RECIPE = '''"""{name}: a recipe for date_engine. Replace the model and the data with yours; keep the names.
+RECIPE = '''"""{name}: a recipe for date_engine. Put your model and data in; keep the names.
 
     date plan {name}.yaml --batch 1024          # what the plan derives from your baseline
     date scale {name}.yaml --batch 256          # train the baseline as the bundled trainer runs it
@@ -42,7 +42,7 @@ def recipe():
     return classifier("{name}", model=model, data=data, micro_batch=64, dataset_size=1437)
 '''
 
-SPEC = '''# The baseline that works for {name}: date derives the large batch's plan from these values.
+SPEC = '''# The baseline that works for {name}: the large batch's plan is derived from it.
 recipe: {module}:recipe
 baseline:
   batch_size: 64          # B0: the global batch of the run that works

@@ -156,6 +156,16 @@ def unused_settings(spec: Spec, schemes: list[str]) -> list[str]:
     return given_settings(spec, tuple(k for k in SCHEME_OWNED if k not in reached))
 
 
+def unused_note(spec: Spec, schemes: list[str]) -> str | None:
+    """The sentence a sweep starts with where the spec sets :func:`unused_settings`, else None."""
+    unused = unused_settings(spec, schemes)
+    if not unused:
+        return None
+    return (f"{', '.join(unused)} reaches no scheme's cells: the schemes (--schemes) set their "
+            "own rule, and every one but date its own LR scaling and warmup; to compare the "
+            "default rule's settings, sweep the date scheme with them.")
+
+
 def scheme_spec(spec: Spec, scheme: Scheme, lr: float | None = None,
                 source: str = "<scheme>") -> Spec:
     """``spec`` trained the way ``scheme`` says (at grid LR ``lr`` for grid schemes)."""

@@ -27,10 +27,10 @@ import torch.distributed as dist
 from rich.console import Console
 from rich.text import Text
 
+from date_engine.api import optimizer_for
 from date_engine.checks import check_dataset_size
 from date_engine.errors import DateError
 from date_engine.noise import NoiseScale
-from date_engine.optim.build import build_optimizer
 from date_engine.ramp import Change, Follower
 from date_engine.recipes import DataOptions, RecipeData, get_recipe
 from date_engine.runfolder import RunFolder, RunLock, RunSummary
@@ -123,24 +123,11 @@ class Trainer:
         if found is not None and self._mismatch(found) is None and resume.already_finished(
                 found, self.steps_plan, self.folder, self.recipe, self.console, self.rt.is_main):
             return 0
-        self.noise = self._noise_scale()
+        self.noise = noise_scale(self.steps_plan, self.rt.sharded, self.config)
         self.follower = Follower(self.noise, self.plan.target_batch, self.plan.baseline_batch,
                                  self.rt.world_size) if self.steps_plan.follows_noise else None
         self._announce(data)
-
-        torch.manual_seed(self.seed)  # the same initial weights on every process
-        model = self.recipe.build_model(self.options).to(self.rt.device)
-        model = self.rt.shard(model, (self.recipe.shard_units or shard_units)(model))
-        optimizer = build_optimizer(model.named_parameters(), self.plan.optimizer,
-                                    self.plan.peak_lr)
-        scaler = self.rt.grad_scaler()
-        point = resume.restore(found, model, optimizer, scaler, self.noise, self.steps_plan,
-                               found and self._mismatch(found), self.seed, self.rt.rank,
-                               self.console)
-        steps = StepRunner(model, self.rt.wrap(model), optimizer, scaler, self.recipe, data,
-                           self.rt, self.steps_plan.split.accumulation_steps,
-                           measure_noise=self.noise is not None,
-                           measure_pairs=self.config.measure_pairs)
+        steps, point = self._build(data, found)
         try:
             summary = self._train(steps, data, point)
         finally:
@@ -153,6 +140,23 @@ class Trainer:
         # the first signal this process got, in the loop or after the job agreed to stop (a
         # peer's came first): 130 / 143 on every process
         return 128 + signal.Signals[self.stop.signal].value if self.stop.signal else 0
+
+    def _build(self, data: RecipeData, found: ckpt.Found | None):
+        """The model (sharded under fsdp), the plan's optimizer and the step runner, restored from
+        ``found``; and the point the run continues from."""
+        torch.manual_seed(self.seed)  # the same initial weights on every process
+        model = self.recipe.build_model(self.options).to(self.rt.device)
+        model = self.rt.shard(model, (self.recipe.shard_units or shard_units)(model))
+        optimizer = optimizer_for(model, self.plan)
+        scaler = self.rt.grad_scaler()
+        point = resume.restore(found, model, optimizer, scaler, self.noise, self.steps_plan,
+                               found and self._mismatch(found), self.seed, self.rt.rank,
+                               self.console)
+        steps = StepRunner(model, self.rt.wrap(model), optimizer, scaler, self.recipe, data,
+                           self.rt, self.steps_plan.split.accumulation_steps,
+                           measure_noise=self.noise is not None,
+                           measure_pairs=self.config.measure_pairs)
+        return steps, point
 
     def close(self) -> None:
         """Let the next writer of the run folder in (the process's exit would too)."""
@@ -179,33 +183,6 @@ class Trainer:
             self.console.print(note_line(note), soft_wrap=True)
         return planned
 
-    def _noise_scale(self) -> NoiseScale | None:
-        """The run's gradient noise scale, measured when a step sees more than one micro-batch
-        gradient (more processes or accumulation steps; a measured ramp's stages always do);
-        averaged over a fixed share of the run's samples."""
-        split = self.steps_plan.split
-        if self.rt.sharded:  # each process holds a shard of the summed gradient only
-            if self.config.measure_pairs:
-                raise DateError("date probe measures the gradient noise scale, which "
-                                "train.parallel: fsdp does not; probe with train.parallel: ddp "
-                                "(the probe's model fits one device at its small batch).")
-            return None
-        if self.steps_plan.follows_noise:
-            if not self.config.measure_noise:
-                raise DateError("date.ramp: measured follows the noise scale the run measures, "
-                                "which this run was asked not to; set date.ramp: planned.")
-        elif split.world_size * split.accumulation_steps < 2 or not self.config.measure_noise:
-            return None
-        # the plan's samples: what a ramp's LR spans, whatever moves a measured one makes
-        return NoiseScale(NoiseScale.half_life_for(
-            self.plan.total_epochs * self.plan.dataset_size))
-
-    def _parameters(self) -> int | None:
-        """The model's parameter count, for the bytes each process holds under fsdp."""
-        if not self.steps_plan.split.sharded:
-            return None
-        return self.recipe.parameter_count(self.options)
-
     def _announce(self, data: RecipeData) -> None:
         """Show the plan and write the run's record (rank 0)."""
         if not self.rt.is_main:
@@ -214,7 +191,9 @@ class Trainer:
 
         for line in run_notes(self.config, self.recipe.name, self.planned, self.steps_plan,
                               self._stop_at(), self.folder.root, data.note, self.noise,
-                              self.rt.backend, self.console.width, self._parameters()):
+                              self.rt.backend, self.console.width,
+                              self.recipe.parameter_count(self.options)
+                              if self.steps_plan.split.sharded else None):
             self.console.print(line, soft_wrap=isinstance(line, Text))  # the plan's tables wrap
         self.folder.write_record(self.spec.model_dump(mode="json", exclude_none=True),
                                  self.config.to_json(), self.planned)
@@ -453,6 +432,27 @@ class Trainer:
 
             run_curves(self.folder.read_metrics(), self.recipe.metric_name,
                        self.folder.curves_path, self.plan)
+
+
+def noise_scale(steps_plan: RunPlan, sharded: bool, config: RunConfig) -> NoiseScale | None:
+    """The run's gradient noise scale, measured when a step sees more than one micro-batch
+    gradient (more processes or accumulation steps; a measured ramp's stages always do);
+    averaged over a fixed share of the run's samples."""
+    split, plan = steps_plan.split, steps_plan.plan
+    if sharded:  # each process holds a shard of the summed gradient only
+        if config.measure_pairs:
+            raise DateError("date probe measures the gradient noise scale, which "
+                            "train.parallel: fsdp does not; probe with train.parallel: ddp "
+                            "(the probe's model fits one device at its small batch).")
+        return None
+    if steps_plan.follows_noise:
+        if not config.measure_noise:
+            raise DateError("date.ramp: measured follows the noise scale the run measures, "
+                            "which this run was asked not to; set date.ramp: planned.")
+    elif split.world_size * split.accumulation_steps < 2 or not config.measure_noise:
+        return None
+    # the plan's samples: what a ramp's LR spans, whatever moves a measured one makes
+    return NoiseScale(NoiseScale.half_life_for(plan.total_epochs * plan.dataset_size))
 
 
 class _StopRequest:

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import json
 
-from date_engine.integrations import hf_arguments, hf_flags, lightning_settings, split_settings
+from date_engine.errors import DateError
+from date_engine.integrations import (
+    CANNOT_EXPRESS,
+    EMIT_TARGETS,
+    hf_arguments,
+    hf_caveat,
+    hf_flags,
+    lightning_settings,
+    split_settings,
+)
 from date_engine.runplan import RunPlan
 
-__all__ = ["emitted", "plan_call"]
+__all__ = ["emitted", "plan_call", "print_emitted"]
 
 
 def plan_call(spec: str, run: RunPlan, overrides: list[str], probe: str | None,
@@ -63,3 +72,16 @@ def emitted(target: str, run: RunPlan, grad_clip: float | None, call: str) -> st
     return json.dumps({"split": split, "hf": hf_arguments(run, grad_clip),
                        "lightning": lightning_settings(run, grad_clip), "python": call,
                        "plan": run.to_dict()}, indent=2)
+
+
+def print_emitted(target: str, run: RunPlan, grad_clip: float | None, call: str) -> None:
+    """``date plan --emit TARGET``: the settings on stdout, ready to paste; on stderr, in one
+    line, what they cannot carry."""
+    import sys
+
+    if target not in EMIT_TARGETS:
+        raise DateError(f"--emit: must be one of {', '.join(EMIT_TARGETS)}; got {target!r}.")
+    print(emitted(target, run, grad_clip, call))
+    if target != "json":
+        caveat = hf_caveat(run) if target == "hf-args" else CANNOT_EXPRESS
+        print(f"note: {caveat}", file=sys.stderr)

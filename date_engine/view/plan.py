@@ -367,3 +367,17 @@ def _value(name: str, value: float | None) -> str:
 
 def _lr(value: float) -> str:
     return f"{value:.5g}"
+
+
+def plan_document(planned: RunPlan, parameters: int | None, others: dict[str, Plan],
+                  times: dict | None, budget: str) -> dict:
+    """What ``date plan --json`` prints: the run's plan; with ``others``, the compared plans;
+    with ``times``, the forecast of the spec's ``budget`` and of every budget."""
+    document = planned.document(parameters)
+    if others:
+        document["compare"] = {name: p.to_dict() for name, p in others.items()}
+    if times:
+        document["time"] = {**times[budget].to_dict(), "budgets": {
+            name: {"steps": t.steps, "run_seconds": t.run_seconds, "speedup": t.speedup}
+            for name, t in times.items()}}
+    return document
