@@ -299,3 +299,15 @@ def test_the_hf_trainer_ends_where_date_scale_does(tmp_path, monkeypatch):
         assert moved > 1e-3, name  # both trained
         assert torch.allclose(ours[name], theirs[name], rtol=0, atol=2e-6), \
             (name, (ours[name] - theirs[name]).abs().max().item())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", ["hf_trainer", "lightning_trainer", "accelerate_loop"])
+def test_each_example_runs_on_one_process(example):
+    pytest.importorskip({"hf_trainer": "transformers", "lightning_trainer": "lightning",
+                         "accelerate_loop": "accelerate"}[example])
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / f"{example}.py")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "32 steps at batch 128" in out.stdout

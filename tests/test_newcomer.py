@@ -253,6 +253,31 @@ def test_recipes_copy_starts_a_spec(tmp_path):
     assert unknown.exit_code == 2 and "lenet-digits" in unknown.output
 
 
+@pytest.mark.slow
+def test_recipes_new_writes_a_recipe_and_baseline_that_train_as_written(tmp_path):
+    """`date recipes new NAME`: NAME.py (a model and data through recipes.simple) and NAME.yaml
+    (its baseline) that date plan and date scale take as they are; a name that is no module,
+    and files that exist, are refused in one sentence."""
+    made = run_group([sys.executable, "-m", "date_engine", "recipes", "new", "my_model"],
+                     cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert "my_model.py" in made.stdout and "date plan my_model.yaml" in made.stdout
+    plan = run_group([sys.executable, "-m", "date_engine", "plan", "my_model.yaml", "--batch",
+                      512, "--json"], cwd=tmp_path)
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["scale"] == 8
+    trained = run_group([sys.executable, "-m", "date_engine", "scale", "my_model.yaml",
+                         "--batch", 256, "--max-steps", 5, "-o", "run"], cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    assert any((tmp_path / "run" / "checkpoints").glob("*.pt"))
+    again = run_group([sys.executable, "-m", "date_engine", "recipes", "new", "my_model"],
+                      cwd=tmp_path)
+    assert again.returncode == 2 and "pass --force" in again.stderr
+    bad = run_group([sys.executable, "-m", "date_engine", "recipes", "new", "my-model"],
+                    cwd=tmp_path)
+    assert bad.returncode == 2 and "e.g. my_model" in bad.stderr
+
+
 # ------------------------------------------------------------------ 8. what a run shows and leaves
 
 
