@@ -20,7 +20,7 @@ from date_engine.cli import app
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "examples"))
-import _digits  # noqa: E402
+import _digits
 
 runner = CliRunner()
 
