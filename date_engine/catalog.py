@@ -51,11 +51,11 @@ class BatchRule:
     """ε → ε/√k (the SDE scaling rule of adaptive methods)."""
     decoupled_decay: bool = False
     """λ → λ·k^(1−p): AdamW's decoupled weight decay keeps its timescale in epochs."""
-    steps_limited_exponent: float | None = None
-    """p where a probe's LR check reads the baseline steps-limited (twice its LR trains it no
-    faster, :class:`~date_engine.probe.LRCheck`); None: ``lr_exponent`` whatever the probe."""
-    steps_limited_reason: str = ""
-    """Why ``steps_limited_exponent``, in one line, with the source."""
+    probed_exponent: float | None = None
+    """p where a probe's LR check found room (twice the baseline's LR trained it faster,
+    :class:`~date_engine.probe.LRCheck`); None: ``lr_exponent`` whatever the probe."""
+    probed_reason: str = ""
+    """Why ``probed_exponent``, in one line, with the source."""
 
 
 @dataclass(frozen=True)
@@ -90,11 +90,11 @@ class OptimizerEntry:
 SGD_RULE = BatchRule(
     1.0, "linear scaling: SGD's noise-dominated SDE (Goyal et al. 2017; Malladi et al. 2022)")
 ADAPTIVE_RULE = BatchRule(
-    0.75, "between the SDE's √k and the k a sign-like step needs in k× fewer steps "
-    "(measured: docs/results.md)", second_moment="alpha", scale_eps=True,
-    steps_limited_exponent=0.5,
-    steps_limited_reason="the SDE's √k: the probe's LR check found twice the baseline's LR trains "
-    "it no faster, and there k^0.75 overshot where √k did not (measured: docs/results.md)")
+    0.5, "the SDE's √k (Malladi et al. 2022): a tuned baseline sits near its best LR, where "
+    "k^0.75 overshot (measured: docs/results.md)", second_moment="alpha", scale_eps=True,
+    probed_exponent=0.75,
+    probed_reason="between the SDE's √k and the k a sign-like step needs: the probe's LR check "
+    "found room (measured: docs/results.md)")
 ADAGRAD_RULE = BatchRule(
     0.5, "the paper's √k: it held best where k^0 and k lost (measured: docs/results.md)")
 

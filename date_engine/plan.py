@@ -125,6 +125,9 @@ class Plan:
     """How η grows with k: √k, k, not at all, or k^p with p the optimizer family's exponent."""
     lr_exponent: float
     """p in η = k^p·η0 (0.5 for sqrt, 1 for linear, 0 for none)."""
+    lr_note: str
+    """Where a probe decides p (the adaptive family under the default rule): which p was taken,
+    why, and what would change it, in one line; else empty."""
     warmup: Literal["legw", "constant"]
     warmup_shape: Literal["linear", "quadratic"]
     scale: float
@@ -161,6 +164,10 @@ class Plan:
     planned start is the latest); planned — the rungs start where the probe's curve puts them."""
     ramp_reach: float = 1.0
     """budget ramp: ρ, a rung B_j is reached once the noise scale is B_j / ρ."""
+    rules_version: int = 1
+    """The version of the rules that derived this plan (:data:`RULES_VERSION`; 1 for plans written
+    before versions were recorded): a run resumed from a checkpoint of older rules keeps its
+    plan."""
 
     @property
     def ramp_changes(self) -> tuple[Change, ...]:
@@ -295,6 +302,7 @@ class Plan:
     def from_dict(cls, data: dict[str, Any]) -> Plan:
         """The plan :meth:`to_dict` wrote (keys that are not fields, like ``phases``, ignored)."""
         values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        values.setdefault("lr_note", "")  # plans of rules version 1 carry none
         values["optimizer"] = OptimizerSettings(**values["optimizer"])
         values["derivations"] = tuple(Derivation(**d) for d in values.get("derivations", ()))
         if values.get("noise_curve") is not None:
@@ -339,32 +347,55 @@ class _Ledger:
         return value
 
 
+RULES_VERSION = 2
+"""Raised whenever a default rule changes what a spec derives (2: the adaptive family takes √k
+unless a probe's LR check finds room for k^0.75)."""
+
 _NAMED_EXPONENTS = {"sqrt": 0.5, "linear": 1.0, "none": 0.0}
 _NAMED_REASONS = {"sqrt": "sqrt scaling (the paper)", "linear": "linear scaling (Goyal et al.)",
                   "none": "no scaling"}
 
 
 def _peak_lr(d: _Ledger, spec: Spec, k: float, curve: NoiseCurve | None
-             ) -> tuple[str, float, float]:
+             ) -> tuple[str, float, float, str]:
     """η: the spec's ``date.scaling`` if it names one, else the rule's — √k for the paper's, k^p
-    with the optimizer family's p for the default rule (its steps-limited p where the probe's
-    ``curve`` reads the baseline so). Returns (scaling, p, η)."""
+    with the optimizer family's p for the default rule (its probed p where the probe's ``curve``
+    carries an LR check that found room). Returns (scaling, p, η, the one line that says which
+    exponent was taken, why, and what would change it)."""
     eta0, date = spec.baseline.lr, spec.date
     scaling = date.scaling or ("sqrt" if date.rule == "paper" else "power")
     if scaling == "power":
         rule = entry(spec.baseline.optimizer.name).batch_rule
         p, reason = rule.lr_exponent, rule.lr_reason
-        if rule.steps_limited_exponent is not None and curve is not None and curve.steps_limited:
-            p, reason = rule.steps_limited_exponent, rule.steps_limited_reason
+        note = ""
+        if rule.probed_exponent is not None:
+            p, reason, note = _probed(rule, curve)
         peak = d("η", "peak_lr", k**p * eta0, f"k^{p:g} · η0", f"{fmt(k)}^{p:g} · {eta0:.5g}",
                  f"{spec.baseline.optimizer.family} family: {reason}")
-        return scaling, p, peak
+        return scaling, p, peak, note
     p = _NAMED_EXPONENTS[scaling]
     formula, inputs = {"sqrt": ("√k · η0", f"√{fmt(k)} · {eta0:.5g}"),
                        "linear": ("k · η0", f"{fmt(k)} · {eta0:.5g}"),
                        "none": ("η0", f"{eta0:.5g}")}[scaling]
     value = {"sqrt": math.sqrt(k) * eta0, "linear": k * eta0, "none": eta0}[scaling]
-    return scaling, p, d("η", "peak_lr", value, formula, inputs, _NAMED_REASONS[scaling])
+    return scaling, p, d("η", "peak_lr", value, formula, inputs, _NAMED_REASONS[scaling]), ""
+
+
+def _probed(rule: Any, curve: NoiseCurve | None) -> tuple[float, str, str]:
+    """(p, why, the plan's one line) of a family whose exponent a probe's LR check decides: its
+    probed p where the check found room, else its own (√k for the adaptive family)."""
+    p, q = rule.lr_exponent, rule.probed_exponent
+    if curve is not None and curve.lr_checked and not curve.steps_limited:
+        return q, rule.probed_reason, (f"LR exponent {q:g}: the probe's LR check found room "
+                                       "(twice the baseline's LR trained it faster).")
+    if curve is not None and curve.lr_checked:
+        return p, ("the SDE's √k: the probe's LR check found twice the baseline's LR trains it "
+                   "no faster (measured: docs/results.md)"), (
+            f"LR exponent {p:g}: the probe's LR check found the baseline steps-limited (twice "
+            "its LR trains it no faster).")
+    why = "this probe ran without its LR check" if curve is not None else "no probe"
+    return p, rule.lr_reason, (f"LR exponent {p:g} ({why}); a probe whose LR check passes "
+                               f"raises it to {q:g}: date probe SPEC.")
 
 
 def _optimizer(d: _Ledger, spec: Spec, k: float, p: float) -> OptimizerSettings:
@@ -439,7 +470,7 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         raise PlanError(f"the baseline would take {i0:,} optimizer steps (⌈E · n / B0⌉), more than "
                         f"{MAX_STEPS:,}; check baseline.epochs, dataset_size and batch_size.")
     k = d("k", "scale", batch / b0, "B / B0", f"{fmt(batch)} / {fmt(b0)}")
-    scaling, p, peak = _peak_lr(d, spec, k, noise_curve)
+    scaling, p, peak, lr_note = _peak_lr(d, spec, k, noise_curve)
     warmup = date.warmup or "legw"
     total_epochs = i0 * b0 / n
     stages, ramp_samples = (
@@ -470,12 +501,13 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         baseline_batch=b0, target_batch=batch, dataset_size=n, dataset_size_source=source,
         baseline_lr=eta0, baseline_warmup_epochs=w0, baseline_iterations=i0,
         baseline_epochs=base.epochs, rule=date.rule, scaling=scaling, lr_exponent=p,
+        lr_note=lr_note,
         warmup=warmup, warmup_shape=date.warmup_shape, scale=k, peak_lr=peak,
         warmup_epochs=warmup_epochs, warmup_iterations=warmup_iterations,
         total_iterations=total_iterations, total_epochs=total_epochs, lr_floor=date.lr_floor,
         max_legw_batch=max_batch, optimizer=optimizer, derivations=tuple(d.rows),
         budget=date.budget, noise_curve=noise_curve, forecast=ahead, ramp=stages,
-        ramp_mode=date.ramp, ramp_reach=date.ramp_reach,
+        ramp_mode=date.ramp, ramp_reach=date.ramp_reach, rules_version=RULES_VERSION,
     )
 
 
@@ -564,7 +596,7 @@ def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, n: int,
     for rung in rungs:
         scratch = _Ledger()  # the stage's values are shown in the ramp's table
         k = rung.batch / b0
-        _, p, peak = _peak_lr(scratch, spec, k, curve)
+        _, p, peak, _ = _peak_lr(scratch, spec, k, curve)
         options = _optimizer(scratch, spec, k, p).options
         stages.append(BatchStage(**asdict(rung), scale=k, peak_lr=peak, options=options))
     d("B_j", "ramp", [st.batch for st in stages], "B / 2^j, from the step where B_noise ≥ B_j / ρ",

@@ -44,6 +44,8 @@ __all__ = [
     "CheckpointPolicy",
     "Found",
     "capture_rng",
+    "check_layout",
+    "derived_by_older_rules",
     "describe_mismatch",
     "finite",
     "newest_valid",
@@ -339,6 +341,26 @@ def describe_mismatch(
     if saved_plan != plan:
         return "its plan differs from this run's"
     return None
+
+
+def derived_by_older_rules(saved_plan: dict[str, Any], plan: dict[str, Any], saved_fp: str,
+                           fp: str) -> bool:
+    """Whether a checkpoint's plan differs from this run's only because older rules derived it
+    (the same spec and split, a lower ``rules_version``): the run then keeps the plan it
+    started with."""
+    keys = ("target_batch", "world_size", "micro_batch", "accumulation_steps", "parallel")
+    return (saved_fp == fp and saved_plan.get("rules_version", 1) < plan["rules_version"]
+            and all(saved_plan.get(k) == plan.get(k) for k in keys))
+
+
+def check_layout(found: Found, sharded: bool, parallel: str) -> None:
+    """Refuse a checkpoint whose layout (a folder of shards, a whole-model file) a run of
+    ``train.parallel: parallel`` cannot read."""
+    if bool(found.payload.get("sharded")) != sharded:
+        kind = "a folder of shards" if found.payload.get("sharded") else "a whole-model file"
+        raise DateError(f"{found.path}: {kind}, which a train.parallel: {parallel} run cannot "
+                        "read, even with --force-replan; resume with the train.parallel it was "
+                        "written with, or choose another --output-dir.")
 
 
 def refuse(path: Path, reason: str) -> DateError:

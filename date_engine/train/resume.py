@@ -162,3 +162,19 @@ def restore(found: ckpt.Found | None, model, optimizer, scaler, noise, planned: 
     ckpt.restore_rng(mine["rng"])
     return ResumePoint(payload["step"], True, tuple(mine["log_window"]),
                        float(payload.get("train_seconds", 0.0)))
+
+
+def kept_plan(found: ckpt.Found, run: RunPlan, spec: Any, console: Console | None
+              ) -> RunPlan | None:
+    """The plan ``found`` was written under, where it differs from ``run``'s only because an
+    earlier version's rules derived it (the same spec and split): the run keeps it, and says so
+    on ``console``. None otherwise."""
+    saved = found.payload["plan"]
+    if not ckpt.derived_by_older_rules(saved, run.to_dict(), found.payload["spec_fingerprint"],
+                                       spec.fingerprint()):
+        return None
+    if console is not None:
+        console.print(note_line("this run keeps the plan it started with, derived by an earlier "
+                                "version's rules; --force-replan trains the rest under today's."),
+                      soft_wrap=True)
+    return RunPlan.from_dict(saved)

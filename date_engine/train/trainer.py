@@ -224,15 +224,13 @@ class Trainer:
                 found.payload["plan"])):
             with contextlib.suppress(ValueError):  # changes of another plan: refused below
                 self.planned = self.steps_plan = self._resolve(data, changes)
+        if not cfg.force_replan and (kept := resume.kept_plan(
+                found, self.steps_plan, self.spec, self.console if self.rt.is_main else None)):
+            self.planned = self.steps_plan = kept
         mismatch = self._mismatch(found)
         if mismatch and not cfg.force_replan:
             raise ckpt.refuse(found.path, mismatch)
-        if bool(found.payload.get("sharded")) != self.steps_plan.split.sharded:
-            kind = "a folder of shards" if found.payload.get("sharded") else "a whole-model file"
-            raise DateError(f"{found.path}: {kind}, which a train.parallel: "
-                            f"{self.spec.train.parallel} run cannot read, even with "
-                            "--force-replan; resume with the train.parallel it was written "
-                            "with, or choose another --output-dir.")
+        ckpt.check_layout(found, self.steps_plan.split.sharded, self.spec.train.parallel)
         return found
 
     def _mismatch(self, found: ckpt.Found) -> str | None:

@@ -42,6 +42,7 @@ def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64
         ),
         _inputs_table(plan),
         _derived_table(plan),
+        *([Text(plan.lr_note)] if plan.lr_note else []),
         *_forecast_lines(plan),
         _phases_table(plan),
         *_ramp_table(plan, split),
