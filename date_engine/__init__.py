@@ -7,7 +7,7 @@ paper``), linear-epoch warmup (LEGW), decay to a floor — and train with it::
     from date_engine import optimizer_for, plan_for, scheduler_for
 
     plan, split = plan_for("lenet-mnist", batch=8192, devices=8)
-    plan.peak_lr, plan.warmup_epochs, plan.total_iterations   # 5.946e-3 (8^0.75·η0), 16.0, 220
+    plan.peak_lr, plan.warmup_epochs, plan.total_iterations   # 3.536e-3 (√8·η0), 16.0, 220
     plan.lr(1)                                               # LR of optimizer step 1
     split.micro_batch, split.accumulation_steps              # 1024, 1: how 8192 splits over 8
     optimizer = optimizer_for(model, plan)                   # DATE over the plan's base optimizer

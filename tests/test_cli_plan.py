@@ -35,10 +35,12 @@ def test_plan_shows_every_derived_number_with_its_formula():
 
 
 def test_plan_shows_the_rules_scaled_optimizer():
-    """The default rule's rows for RMSprop at k = 8: η = k^p·η0, α^k, ε/√k — and the optimizer
-    line says what runs."""
+    """The default rule's rows for RMSprop at k = 8: η = k^p·η0 (√k without a probe, and one line
+    saying what would raise it), α^k, ε/√k — and the optimizer line says what runs."""
     out = plan(LENET, "--batch", 8192).stdout
-    for text in ["k^0.75 · η0", "= 8^0.75 · 0.00125", "α^k", "= 0.99^8", "0.92274469",
+    assert ("LR exponent 0.5 (no probe); a probe whose LR check passes raises it to 0.75: date "
+            "probe SPEC.") in out
+    for text in ["k^0.5 · η0", "= 8^0.5 · 0.00125", "α^k", "= 0.99^8", "0.92274469",
                  "ε / √k", "= 1e-08 / √8", "Optimizer: DATE (dynamic, gamma 8) over rmsprop (alpha "
                  "0.92274, eps 3.5355e-09"]:
         assert text in out, text
@@ -69,7 +71,7 @@ def test_set_overrides_reach_the_plan():
 def test_compare_puts_the_paper_and_goyal_beside_the_default_rule():
     result = plan(LENET, "--batch", 8192, "--compare")
     assert result.exit_code == 0, result.output
-    assert "DATE (rmsprop rule: k^0.75 + LEGW)" in result.stdout
+    assert "DATE (rmsprop rule: k^0.5 + LEGW)" in result.stdout
     assert "paper" in result.stdout and "linear" in result.stdout
     data = json.loads(plan(LENET, "--batch", 8192, "--compare", "--json").stdout)
     assert data["compare"]["paper"]["peak_lr"] == pytest.approx(3.5355339e-3)
@@ -246,7 +248,8 @@ def test_the_forecast_says_what_the_lr_check_found(stored_probe):
            stored_probe("probes-lrcheck/vit-mnist-seed0"), "--set", "baseline.lr=1e-3")
     words = " ".join(plan(*vit).output.split())
     assert "From the probe's fit B_noise(e) =" in words
-    assert "LR check" not in words and "steps-limited" not in words
+    assert "LR exponent 0.75: the probe's LR check found room" in words
+    assert "steps-limited" not in words
     bert = (RECIPES / "bert-mlm.yaml", "--batch", 256, "--probe",
             stored_probe("probes-lrcheck/bert-mlm-seed0"))
     hold = json.loads(plan(*bert, "--budget", "hold", "--json").output)
@@ -270,8 +273,10 @@ def test_the_forecast_says_what_the_lr_check_found(stored_probe):
         in words
     rows = json.loads(plan(*bert, "--json").output)
     assert rows["lr_exponent"] == 0.5 and rows["peak_lr"] == pytest.approx(8 ** 0.5 * 1e-3)
-    unchecked = json.loads(plan(*bert[:3], "--json").output)  # no probe: k^0.75
-    assert unchecked["peak_lr"] == pytest.approx(8 ** 0.75 * 1e-3)
+    unchecked = json.loads(plan(*bert[:3], "--json").output)  # no probe: √k too, and it says why
+    assert unchecked["peak_lr"] == pytest.approx(8 ** 0.5 * 1e-3)
+    assert "raises it to 0.75: date probe SPEC" in unchecked["lr_note"]
+    assert "found the baseline steps-limited" in rows["lr_note"]
     kept = " ".join(plan(*bert, "--set", "date.rule=paper", "--set", "date.scaling=none",
                          "--set", "date.warmup=constant").output.split())
     assert "this plan raises it" not in kept and "steps-limited" in kept

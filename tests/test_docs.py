@@ -179,16 +179,15 @@ def test_quick_start_accuracy_at_16x_is_what_the_command_trains(tmp_path):
 
 
 def test_readmes_rule_table_is_what_the_plan_derives():
-    """Each row of the default rule's table, at k = 16, against derive_plan (and √k where a probe
-    reads the baseline steps-limited)."""
+    """Each row of the default rule's table, at k = 16, against derive_plan (and k^0.75 where a
+    probe's LR check finds room)."""
     from date_engine import parse_spec
     from date_engine.catalog import entry
     from date_engine.forecast import NoiseCurve
     from date_engine.plan import derive_plan
 
     exponents = {"k·η0": 1.0, "k^0.75·η0": 0.75, "√k·η0": 0.5}
-    limited = NoiseCurve(a=100.0, beta=0.0, first=0.1, last=1.0, lr_checked=True,
-                         steps_limited=True)
+    room = NoiseCurve(a=100.0, beta=0.0, first=0.1, last=1.0, lr_checked=True)
     seen = set()
     for names, peak, also in _table(_section(README, "## The default rule")):
         plain, _, when = peak.partition("; ")
@@ -198,7 +197,7 @@ def test_readmes_rule_table_is_what_the_plan_derives():
             plan = derive_plan(parse_spec(raw), 256)
             assert plan.peak_lr == pytest.approx(16 ** exponents[plain] * 1e-3), name
             if when:
-                checked = derive_plan(parse_spec(raw), 256, noise_curve=limited)
+                checked = derive_plan(parse_spec(raw), 256, noise_curve=room)
                 want = exponents[when.split(" where ")[0]]
                 assert checked.peak_lr == pytest.approx(16 ** want * 1e-3), name
             options = plan.optimizer.options

@@ -23,7 +23,8 @@ from date_engine.spec import parse_spec
 from date_engine.train.sampling import MicroBatchSampler
 from tests.runs import SHORT, SPEC, date, final_model, metrics
 
-RISING = NoiseCurve(a=500.0, beta=1.0, first=0.1, last=1.0)  # B_noise = 500·e
+RISING = NoiseCurve(a=500.0, beta=1.0, first=0.1, last=1.0,  # B_noise = 500·e, and an LR
+                    lr_checked=True)                        # check that found room: k^0.75
 
 
 def _spec(**date_section):

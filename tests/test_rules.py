@@ -36,18 +36,20 @@ def test_the_papers_rule_reproduces_the_plans_it_always_gave(key):
 
 BASE = {"batch_size": 100, "lr": 0.01, "warmup_epochs": 0.05, "epochs": 10, "dataset_size": 100_000}
 
-# optimizer (with options) -> (p, the option holding β2 or None, ε scaled?, λ scaled?)
+# optimizer (with options) -> (p without a probe, the option holding β2 or None, ε scaled?,
+# λ scaled?); the adaptive family's p is 0.75 with a probe whose LR check found room
 FAMILIES = {
-    "rmsprop": ({"name": "rmsprop"}, 0.75, "alpha", True, False),
-    "adam": ({"name": "adam", "betas": [0.8, 0.99], "eps": 1e-7}, 0.75, "betas", True, False),
-    "adamw": ({"name": "adamw", "weight_decay": 0.1}, 0.75, "betas", True, True),
+    "rmsprop": ({"name": "rmsprop"}, 0.5, "alpha", True, False),
+    "adam": ({"name": "adam", "betas": [0.8, 0.99], "eps": 1e-7}, 0.5, "betas", True, False),
+    "adamw": ({"name": "adamw", "weight_decay": 0.1}, 0.5, "betas", True, True),
     "adagrad": ({"name": "adagrad"}, 0.5, None, False, False),
     "sgd": ({"name": "sgd", "weight_decay": 1e-4}, 1.0, None, False, False),
     "momentum": ({"name": "momentum", "momentum": 0.95}, 1.0, None, False, False),
     "nesterov": ({"name": "nesterov"}, 1.0, None, False, False),
     "lars": ({"name": "lars"}, 1.0, None, False, False),
-    "lamb": ({"name": "lamb"}, 0.75, "betas", True, False),
+    "lamb": ({"name": "lamb"}, 0.5, "betas", True, False),
 }
+ADAPTIVE = ("rmsprop", "adam", "adamw", "lamb")
 
 
 def _spec(optimizer: dict, **date):
@@ -107,7 +109,7 @@ def test_the_papers_rule_changes_no_option_and_scales_by_sqrt():
 def test_fixed_weight_decay_keeps_adamws_lambda_and_scales_the_rest():
     scaled = derive_plan(_spec({"name": "adamw", "weight_decay": 0.1}), 3200)
     fixed = derive_plan(_spec({"name": "adamw", "weight_decay": 0.1}, weight_decay="fixed"), 3200)
-    assert scaled.optimizer.options["weight_decay"] == pytest.approx(0.1 * 32 ** 0.25)
+    assert scaled.optimizer.options["weight_decay"] == pytest.approx(0.1 * 32 ** 0.5)
     assert fixed.optimizer.options["weight_decay"] == 0.1
     assert "optimizer.weight_decay" not in {d.name for d in fixed.derivations}
     assert fixed.peak_lr == scaled.peak_lr
@@ -129,25 +131,39 @@ def test_fixed_second_moment_keeps_the_baselines_decay_and_scales_the_rest(optim
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
-def test_a_steps_limited_probe_takes_the_adaptive_family_to_sqrt_k(name):
-    """Where the probe's LR check read the baseline steps-limited, the adaptive family's LR grows
-    as √k (everything else the rule's, λ·k^(1−p) with p = 0.5), same-epochs and in every rung of a
-    ramp; an unflagged probe leaves its k^0.75, and the other families keep their exponent."""
+def test_only_a_probe_whose_lr_check_found_room_raises_the_adaptive_family_to_k075(name):
+    """Without a probe, with one that ran no LR check, or with one whose check read the baseline
+    steps-limited, the adaptive family's LR grows as √k (λ·√k for AdamW); with a probe whose check
+    found room, as k^0.75 (λ·k^0.25), same-epochs and in every rung of a ramp. The plan says which
+    in one line, and what would change it. The other families keep their exponent."""
     from date_engine.forecast import NoiseCurve
 
     optimizer, p, *_ = FAMILIES[name]
-    curve = NoiseCurve(a=500.0, beta=0.0, first=0.1, last=1.0, lr_checked=True)
-    limited = NoiseCurve(**{**curve.__dict__, "steps_limited": True})
-    want = 0.5 if p == 0.75 else p
-    plans = {c: derive_plan(_spec(optimizer), 3200, noise_curve=c) for c in (None, curve, limited)}
-    assert plans[None].lr_exponent == plans[curve].lr_exponent == p
-    plan = plans[limited]
-    assert plan.lr_exponent == want and plan.peak_lr == pytest.approx(32**want * 0.01)
-    rows = {d.name: d for d in plan.derivations}
-    assert ("LR check" in rows["peak_lr"].note) == (want != p)
-    same = derive_plan(_spec(optimizer, scaling="sqrt"), 3200).optimizer.options
-    if want != p:  # the same optimizer as date.scaling=sqrt under the default rule
-        assert plan.optimizer.options == same
-    ramp = derive_plan(_spec(optimizer, budget="ramp"), 3200, noise_curve=limited)
-    assert [st.peak_lr for st in ramp.ramp] == pytest.approx(
-        [(st.batch / 100) ** want * 0.01 for st in ramp.ramp])
+    unchecked = NoiseCurve(a=500.0, beta=0.0, first=0.1, last=1.0)
+    room = NoiseCurve(**{**unchecked.__dict__, "lr_checked": True})
+    limited = NoiseCurve(**{**room.__dict__, "steps_limited": True})
+    plans = {c: derive_plan(_spec(optimizer), 3200, noise_curve=c)
+             for c in (None, unchecked, room, limited)}
+    adaptive = name in ADAPTIVE
+    want = {None: p, unchecked: p, room: 0.75 if adaptive else p, limited: p}
+    for curve, plan in plans.items():
+        assert plan.lr_exponent == want[curve]
+        assert plan.peak_lr == pytest.approx(32 ** want[curve] * 0.01)
+        if "weight_decay" in FAMILIES[name][0] and FAMILIES[name][4]:
+            assert plan.optimizer.options["weight_decay"] == pytest.approx(
+                0.1 * 32 ** (1 - want[curve]))
+    notes = {c: plan.lr_note for c, plan in plans.items()}
+    if not adaptive:
+        assert set(notes.values()) == {""}
+        return
+    assert notes[None] == ("LR exponent 0.5 (no probe); a probe whose LR check passes raises it "
+                           "to 0.75: date probe SPEC.")
+    assert "ran without its LR check" in notes[unchecked] and "0.75" in notes[unchecked]
+    assert notes[room].startswith("LR exponent 0.75: the probe's LR check found room")
+    assert "steps-limited" in notes[limited]
+    assert derive_plan(_spec(optimizer, scaling="sqrt"), 3200).optimizer.options == \
+        plans[None].optimizer.options  # √k under the default rule: date.scaling=sqrt's optimizer
+    for curve in (room, limited):
+        ramp = derive_plan(_spec(optimizer, budget="ramp"), 3200, noise_curve=curve)
+        assert [st.peak_lr for st in ramp.ramp] == pytest.approx(
+            [(st.batch / 100) ** want[curve] * 0.01 for st in ramp.ramp])

@@ -307,3 +307,31 @@ def test_bad_input_exits_2_before_training(args, message, tmp_path):
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_checkpoint_of_earlier_rules_keeps_its_plan_on_resume(tmp_path):
+    """A run begun under rules version 1 (k^0.75 for RMSprop without a probe, a plan with no
+    rules_version) and resumed by this version keeps the plan it started with: the LR of every
+    later step is that plan's; --force-replan would take today's."""
+    from date_engine.plan import Plan
+    from date_engine.runfolder import RunFolder
+    from date_engine.train.checkpoint import save_atomic
+
+    out = tmp_path / "run"
+    assert date("scale", SPEC, "--batch", 256, *SHORT, "-o", out, "--max-steps", 10).returncode == 0
+    newest = sorted((out / "checkpoints").glob("step-*.pt"))[-1]
+    payload = torch.load(newest, weights_only=False)
+    old = {k: v for k, v in payload["plan"].items() if k not in ("rules_version", "lr_note")}
+    old["peak_lr"], old["lr_exponent"] = 16 ** 0.75 * old["baseline_lr"], 0.75  # as 0.7 derived
+    payload["plan"] = old
+    for path in (out / "checkpoints").glob("step-*.pt"):
+        path.unlink()
+    save_atomic(RunFolder(out), payload["step"], payload, keep=2)
+    kept = date("scale", SPEC, "--batch", 256, *SHORT, "-o", out, "--resume")
+    assert kept.returncode == 0, kept.stderr
+    assert "keeps the plan it started with" in " ".join((kept.stdout + kept.stderr).split())
+    assert json.loads((out / "plan.json").read_text())["peak_lr"] == pytest.approx(old["peak_lr"])
+    then = Plan.from_dict(old)
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    later = [r for r in logged if r.get("lr") is not None and r["step"] > 10]
+    assert later and all(r["lr"] == pytest.approx(then.lr(r["step"]), rel=1e-6) for r in later)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 import statistics
@@ -556,7 +558,7 @@ def test_the_date_scheme_keeps_the_specs_lr_scaling_and_warmup_and_the_paper_sch
 
     default, date, paper = plan(parse_spec(raw), "date"), plan(given, "date"), plan(given, "paper")
     assert date.peak_lr == pytest.approx(32 ** 0.5 * 4e-3) == paper.peak_lr
-    assert default.peak_lr == pytest.approx(32 ** 0.75 * 4e-3)
+    assert default.peak_lr == pytest.approx(32 ** 0.5 * 4e-3)  # no probe: √k
     assert date.warmup_epochs == pytest.approx(0.2)
     assert paper.warmup_epochs == default.warmup_epochs == pytest.approx(32 * 0.2)
     assert date.optimizer.options["betas"][1] == default.optimizer.options["betas"][1] \
@@ -588,7 +590,10 @@ def test_a_sweeps_probe_reaches_every_cell_of_the_default_rule(tmp_path):
 
     path = str(tmp_path / "probe.json")
     assert exponents(path) == {"date": (path, 0.5), "paper": (None, 0.5)}
-    assert exponents(None) == {"date": (None, 0.75), "paper": (None, 0.5)}
+    assert exponents(None) == {"date": (None, 0.5), "paper": (None, 0.5)}
+    room = dataclasses.replace(probe, lr_check=LRCheck(2.0, loss=0.5, baseline_loss=1.0))
+    room.write(tmp_path / "room.json")
+    assert exponents(str(tmp_path / "room.json"))["date"][1] == 0.75
 
 
 def test_paired_differences_and_their_t_interval():

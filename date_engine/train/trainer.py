@@ -234,9 +234,10 @@ class Trainer:
         return found
 
     def _mismatch(self, found: ckpt.Found) -> str | None:
-        payload = found.payload
-        return ckpt.describe_mismatch(payload["plan"], self.steps_plan.to_dict(),
-                                      payload["spec_fingerprint"], self.spec.fingerprint())
+        payload = found.payload  # the saved plan as this version writes it: defaults filled in
+        return ckpt.describe_mismatch(RunPlan.from_dict(payload["plan"]).to_dict(),
+                                      self.steps_plan.to_dict(), payload["spec_fingerprint"],
+                                      self.spec.fingerprint())
 
     # ------------------------------------------------------------------ the loop
 
