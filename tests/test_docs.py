@@ -370,7 +370,8 @@ def test_a_number_edited_by_hand_in_a_generated_table_fails(tmp_path):
     page = tmp_path / "docs" / "results.md"
     text = page.read_text()
     assert not stale(tmp_path)
-    page.write_text(text.replace("| 8 | −0.30 | **−0.22** |", "| 8 | −0.30 | **−0.21** |", 1))
+    page.write_text(text.replace("| 8 | −0.30 | −0.23 | **−0.22** |", "| 8 | −0.30 | −0.23 | **−0.21** |",
+                                 1))
     assert stale(tmp_path) == ["docs/results.md: rules"]
     page.write_text(text.replace("Every number here", "Every figure here", 1))
     assert not stale(tmp_path)
@@ -453,3 +454,14 @@ def test_the_changelogs_newest_release_is_the_version_pyproject_carries():
                           (ROOT / "CHANGELOG.md").read_text(), flags=re.M)
     assert releases[0] == version == date_engine.__version__
     assert releases[-1] == "0.1.0"
+
+
+def test_without_a_probe_the_default_is_at_most_half_a_point_behind_the_papers_rule():
+    """0.8's bound for taking √k without a probe, recomputed from the stored cells of the rules
+    table, and the worst cell as results.md quotes it."""
+    from benchmarks.results_tables import worst_default_against_paper
+
+    worst, where = worst_default_against_paper()
+    assert worst <= 0.5, where
+    text = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    assert f"at worst {worst:.2f} behind it ({where})" in text
