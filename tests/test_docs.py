@@ -370,8 +370,8 @@ def test_a_number_edited_by_hand_in_a_generated_table_fails(tmp_path):
     page = tmp_path / "docs" / "results.md"
     text = page.read_text()
     assert not stale(tmp_path)
-    page.write_text(text.replace("| 8 | −0.30 | −0.23 | **−0.22** |", "| 8 | −0.30 | −0.23 | **−0.21** |",
-                                 1))
+    edited = "| 8 | −0.30 | −0.23 | **−0.21** |"
+    page.write_text(text.replace("| 8 | −0.30 | −0.23 | **−0.22** |", edited, 1))
     assert stale(tmp_path) == ["docs/results.md: rules"]
     page.write_text(text.replace("Every number here", "Every figure here", 1))
     assert not stale(tmp_path)
