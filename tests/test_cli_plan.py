@@ -311,3 +311,18 @@ def test_the_forecast_counts_steps_against_the_baselines_in_words():
     from date_engine.view.plan import _how_many
 
     assert [_how_many(4000, s) for s in (1000, 4001, 6000)] == ["4× fewer", "as many", "1.5× more"]
+
+
+def test_the_shipped_baselines_exponents_without_and_with_a_probe(stored_probe):
+    """Without a probe the adaptive family takes √k (vit-mnist at 4096, lenet-mnist at 8192,
+    lstm-mnist-adam at 2048), momentum k (lstm-mnist); with a probe whose LR check passes
+    (lenet-digits' own), k^0.75. --json carries the exponent and the one line that says why."""
+    for spec, batch, p in (("vit-mnist", 4096, 0.5), ("lenet-mnist", 8192, 0.5),
+                           ("lstm-mnist-adam", 2048, 0.5), ("lstm-mnist", 2048, 1.0)):
+        data = json.loads(plan(RECIPES / f"{spec}.yaml", "--batch", batch, "--json").stdout)
+        assert data["lr_exponent"] == p, spec
+        assert ("raises it to 0.75: date probe SPEC" in data["lr_note"]) == (p == 0.5), spec
+    probed = json.loads(plan(RECIPES / "lenet-digits.yaml", "--batch", 256, "--json", "--probe",
+                             stored_probe("probes-lrcheck/digits-lenet-seed0")).stdout)
+    assert probed["lr_exponent"] == 0.75
+    assert probed["lr_note"].startswith("LR exponent 0.75: the probe's LR check found room")
