@@ -64,6 +64,9 @@ def output_file(path: str | Path, option: str, suffixes: tuple[str, ...]) -> Pat
 def _writable_ancestor(start: Path, path: Path, option: str) -> None:
     folder = start
     while not folder.exists():
+        if folder.is_symlink():  # a link to nowhere, or to itself: nothing can be made under it
+            raise DateError(f"{option} {path}: {folder} is a symbolic link that leads nowhere "
+                            f"(or to itself); remove it or choose another folder.")
         folder = folder.parent
     if not folder.is_dir():
         raise DateError(f"{option} {path}: {folder} is a file, so no folder can be made under it.")

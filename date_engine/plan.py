@@ -370,8 +370,16 @@ def _peak_lr(d: _Ledger, spec: Spec, k: float, curve: NoiseCurve | None
         note = ""
         if rule.probed_exponent is not None:
             p, reason, note = _probed(rule, curve)
+        why = f"{spec.baseline.optimizer.family} family: {reason}"
+        b0 = spec.baseline.batch_size
+        if date.lr_cap == "noise" and curve is not None and k * b0 > (cap := curve(curve.last)):
+            kc = max(cap / b0, 1.0)
+            peak = d("η", "peak_lr", kc**p * eta0, f"(max(B_cap, B0) / B0)^{p:g} · η0",
+                     f"({max(cap, b0):.5g} / {b0})^{p:g} · {eta0:.5g}",
+                     f"{why}; capped at the probe's noise scale B_cap (date.lr_cap: noise)")
+            return scaling, p, peak, note
         peak = d("η", "peak_lr", k**p * eta0, f"k^{p:g} · η0", f"{fmt(k)}^{p:g} · {eta0:.5g}",
-                 f"{spec.baseline.optimizer.family} family: {reason}")
+                 why)
         return scaling, p, peak, note
     p = _NAMED_EXPONENTS[scaling]
     formula, inputs = {"sqrt": ("√k · η0", f"√{fmt(k)} · {eta0:.5g}"),

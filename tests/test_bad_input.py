@@ -373,3 +373,16 @@ def test_a_probe_point_beyond_any_measurement_is_refused(tmp_path, value):
     path.write_text(json.dumps(data))
     refused(invoke("plan", DIGITS, "--batch", 256, "--probe", path), str(path), "points",
             "no usable noise curve")
+
+
+@pytest.mark.parametrize("target", ["self", "nowhere"])
+def test_an_output_folder_under_a_looping_or_dangling_link_is_one_sentence(tmp_path, monkeypatch,
+                                                                           target):
+    """`date data prepare fashion-mnist data/fashion` with `data` a link to itself ended in an
+    OSError traceback (too many levels of symbolic links)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").symlink_to(tmp_path / ("data" if target == "self" else "gone"))
+    for args in (["data", "prepare", "fashion-mnist", "data/fashion"],
+                 ["sweep", DIGITS, "--batches", 64, "-o", "data/sweep"]):
+        result = invoke(*args)
+        refused(result, "data is a symbolic link that leads nowhere (or to itself)")

@@ -167,3 +167,21 @@ def test_only_a_probe_whose_lr_check_found_room_raises_the_adaptive_family_to_k0
         ramp = derive_plan(_spec(optimizer, budget="ramp"), 3200, noise_curve=curve)
         assert [st.peak_lr for st in ramp.ramp] == pytest.approx(
             [(st.batch / 100) ** want[curve] * 0.01 for st in ramp.ramp])
+
+
+def test_the_noise_scale_cap_stops_the_lr_at_the_probes_noise_scale():
+    """date.lr_cap: noise (under trial): with a probe, η = η0·(min(B, B_cap)/B0)^p, B_cap the
+    fit at the probe's last measured epoch; no cap below B_cap, none without a probe, and the
+    rest of the rule (β2^k at the true k) unchanged."""
+    from date_engine.forecast import NoiseCurve
+
+    curve = NoiseCurve(a=400.0, beta=0.0, first=0.1, last=1.0, lr_checked=True)  # B_cap = 400
+    capped = _spec({"name": "adam"}, lr_cap="noise")
+    assert derive_plan(capped, 3200, noise_curve=curve).peak_lr == pytest.approx(
+        (400 / 100) ** 0.75 * 0.01)  # room: k^0.75, at k = 4 instead of 32
+    assert derive_plan(capped, 300, noise_curve=curve).peak_lr == pytest.approx(3 ** 0.75 * 0.01)
+    assert derive_plan(capped, 3200).peak_lr == pytest.approx(32 ** 0.5 * 0.01)  # no probe
+    plan = derive_plan(capped, 3200, noise_curve=curve)
+    assert plan.optimizer.options["betas"][1] == pytest.approx(0.999 ** 32)
+    assert "capped at the probe's noise scale" in {d.name: d for d in plan.derivations}[
+        "peak_lr"].note

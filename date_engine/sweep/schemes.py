@@ -134,7 +134,7 @@ SCHEME_OWNED = ("rule", "scaling", "warmup")
 """The date settings the schemes set for themselves: ``rule`` always; ``scaling`` and ``warmup``
 every scheme but ``date`` (:data:`DATE_SETTABLE`)."""
 
-MOOT_AT_B0 = (*SCHEME_OWNED, "second_moment", "weight_decay")
+MOOT_AT_B0 = (*SCHEME_OWNED, "second_moment", "weight_decay", "lr_cap")
 """Date settings that change nothing at k = 1 (k^p = 1, k·w0 = w0, β2^1 = β2, ε/√1, λ·1): the
 baseline cells leave them out, so sweeps that differ only in them share their baseline cells."""
 
