@@ -295,9 +295,61 @@ def budgets_table() -> str:
     return "\n".join(lines)
 
 
+CAP = (
+    # study, B0, B_cap (the probe's), [(batch, uncapped refs: the default with the probe, capped)]
+    ("vit-mnist from 4e-3", 128, 177, [
+        (2048, [("vit-mnist-lr4e-3-date-sqrt", "date")], [("vit-mnist-lr4e-3-cap", "date")]),
+        (4096, [("vit-mnist-lr4e-3-probe-rules", "date")], [("vit-mnist-lr4e-3-cap", "date")])]),
+    ("lenet-mnist from 8e-3", 128, 1460, [
+        (b, [("lenet-mnist-lr8e-3-probe", "date")], [("lenet-mnist-lr8e-3-cap", "date")])
+        for b in (2048, 4096)]),
+    ("vit on Fashion-MNIST, held out", 128, 169, [
+        (b, [("vit-fashion-probe", "date")], [("vit-fashion-cap", "date")]) for b in (1024, 4096)]),
+)
+
+
+def _spread(refs: list[Ref], batch: int) -> float:
+    metrics = list(seed_metrics([n for n, _ in refs], refs[0][1], batch).values())
+    return max(metrics) - min(metrics)
+
+
+def cap_cells() -> list[tuple[str, int, int, float, float, float]]:
+    """(study, k, B_cap, Δ uncapped, Δ capped, the seeds' spread) of each pre-registered cell."""
+    out = []
+    for study, b0, cap, cells in CAP:
+        for batch, uncapped, capped in cells:
+            d0, d1 = delta(uncapped, batch), delta(capped, batch)
+            out.append((study, batch // b0, cap, d0, d1,
+                        max(_spread(uncapped, batch), _spread(capped, batch))))
+    return out
+
+
+def cap_decision() -> bool:
+    """The pre-registered criterion (docs/results.md): adopt the cap only if it is at least the
+    uncapped mean minus the seeds' spread in every cell, and above it by more than the spread in
+    one or more."""
+    rows = cap_cells()
+    diffs = [(d1 if d1 is not None else -100.0) - (d0 if d0 is not None else -100.0)
+             for *_, d0, d1, _ in rows]
+    return all(d >= -s for d, (*_, s) in zip(diffs, rows)) and any(
+        d > s for d, (*_, s) in zip(diffs, rows))
+
+
+def cap_table() -> str:
+    lines = ["| study (B_cap) | k | uncapped | capped | difference | seed spread |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for study, k, cap, d0, d1, spread in cap_cells():
+        diff = None if d0 is None or d1 is None else d1 - d0
+        lines.append(f"| {study} ({cap:,}) | {k} | {_num(d0) or 'diverged'} | "
+                     f"{_num(d1) or 'diverged'} | {_num(diff) or '–'} | {spread:.2f} |")
+    verdict = "adopted" if cap_decision() else "not adopted; the plan keeps no cap"
+    return "\n".join(lines) + f"\n\nBy the criterion: {verdict}."
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "readme-accuracy": readme_table,
     "rules": lambda: rules_table(""),
+    "cap": cap_table,
     "exponent": exponent_table,
     "ramp": lambda: ramp_table(""),
     "seed-by-seed": seed_by_seed_table,

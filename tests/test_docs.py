@@ -465,3 +465,22 @@ def test_without_a_probe_the_default_is_at_most_half_a_point_behind_the_papers_r
     assert worst <= 0.5, where
     text = " ".join((ROOT / "docs" / "results.md").read_text().split())
     assert f"at worst {worst:.2f} behind it ({where})" in text
+
+
+def test_the_noise_scale_caps_decision_is_what_its_cells_give():
+    """The criterion written before the cap's cells ran, applied to the stored cells: adopted
+    only if no cell falls below the uncapped one by more than the seeds' spread and one or more
+    rise above it by more than that; results.md states the decision the data gives."""
+    from benchmarks.results_tables import cap_cells, cap_decision
+
+    rows = cap_cells()
+    assert len(rows) == 6
+    diffs = [(d1 if d1 is not None else -100.0) - (d0 if d0 is not None else -100.0)
+             for *_, d0, d1, _ in rows]
+    spreads = [row[-1] for row in rows]
+    adopt = all(d >= -s for d, s in zip(diffs, spreads)) and any(
+        d > s for d, s in zip(diffs, spreads))
+    assert cap_decision() == adopt
+    text = (ROOT / "docs" / "results.md").read_text()
+    assert ("By the criterion: adopted." in text) == adopt
+    assert ("not adopted; the plan keeps no cap" in text) == (not adopt)
