@@ -196,11 +196,19 @@ def test_the_api_builds_the_plans_optimizer_and_schedule():
 
 def _watched(example: str, tmp_path) -> dict:
     out = tmp_path / f"{example}.json"
-    subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(ROOT / "tests" / "integration_worker.py"), example, str(out)],
-        cwd=ROOT, check=True, capture_output=True, timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    # One retry: a clean-clone CI run once saw the Lightning launch exit 1 among concurrent tests,
+    # and it has not failed since in 9 tries, alone or four at once; a regression fails twice, and
+    # the workers' output is shown.
+    for attempt in (1, 2):
+        done = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+             "2", str(ROOT / "tests" / "integration_worker.py"), example, str(out)],
+            cwd=ROOT, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+        if done.returncode == 0:
+            break
+        print(f"attempt {attempt} failed:\n{done.stderr[-4000:]}")
+    assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(out.read_text())
 
 
