@@ -58,7 +58,7 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: Annotated[bool, o._flag("--version", callback=_version, is_eager=True,
+def _root(version: Annotated[bool, o.flag("--version", callback=_version, is_eager=True,
                                            help="Print the version and exit.")] = False) -> None:
     """DATE (Dynamic Adaptive-Tuning Engine, You et al., SC'19): from a small-batch run that
     works, derive the large batch's learning rate, warmup, decay and the optimizer's

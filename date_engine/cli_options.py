@@ -14,13 +14,13 @@ from date_engine.integrations import EMIT_TARGETS
 from date_engine.spec import TrainSpec
 
 
-def _opt(*names: str, help: str, **kwargs) -> typer.models.OptionInfo:
+def opt(*names: str, help: str, **kwargs) -> typer.models.OptionInfo:
     """An option that takes a value (no default shown unless asked)."""
     return typer.Option(*names, help=help, show_default=kwargs.pop("show_default", False),
                         **kwargs)
 
 
-def _path(text: str) -> Path:
+def parse_path(text: str) -> Path:
     """A path option's text as a Path, refused when empty or blank (``Path("")`` is ``.``)."""
     try:
         return a_path(text, "the path")
@@ -28,80 +28,80 @@ def _path(text: str) -> Path:
         raise typer.BadParameter("an empty path; give a file or folder name.") from None
 
 
-def _path_opt(*names: str, help: str) -> typer.models.OptionInfo:
+def path_opt(*names: str, help: str) -> typer.models.OptionInfo:
     """An option that names a file or folder."""
-    return _opt(*names, help=help, parser=_path, metavar="PATH")
+    return opt(*names, help=help, parser=parse_path, metavar="PATH")
 
 
-def _flag(*names: str, help: str, **kwargs) -> typer.models.OptionInfo:
+def flag(*names: str, help: str, **kwargs) -> typer.models.OptionInfo:
     """An on/off option: given or not, it takes no value."""
     return typer.Option(*names, help=help, metavar=" ", show_default=False, **kwargs)
 
 SpecArg = Annotated[str, typer.Argument(
     metavar="SPEC", show_default=False,
     help="Baseline YAML, or the name of a shipped one (date recipes lists them).")]
-BatchOpt = Annotated[str, _opt("--batch", "-b", metavar="B",
+BatchOpt = Annotated[str, opt("--batch", "-b", metavar="B",
                                help="Target global batch size B (8k = 8192).")]
 NprocOpt = Annotated[int, typer.Option("--nproc", "-n", help="Processes (data-parallel replicas).")]
-MicroOpt = Annotated[Optional[int], _opt(
+MicroOpt = Annotated[Optional[int], opt(
     "--micro-batch", help="Samples per process per pass (default: train.micro_batch, else the "
     "recipe's, fitted to B/nproc).")]
-SetOpt = Annotated[Optional[list[str]], _opt(
+SetOpt = Annotated[Optional[list[str]], opt(
     "--set", metavar="KEY=VALUE", help="Override a spec value, e.g. --set baseline.lr=0.1 "
     "(repeatable).")]
-ProbeOpt = Annotated[Optional[Path], _path_opt(
+ProbeOpt = Annotated[Optional[Path], path_opt(
     "--probe", help="probe.json from date probe of this baseline: forecast what holding its "
     "loss costs at BATCH; where its LR check fires the adaptive family's LR grows as √k "
     "(sets date.probe).")]
 Parallel = TrainSpec.model_fields["parallel"].annotation
-ParallelOpt = Annotated[Optional[Parallel], _opt(
+ParallelOpt = Annotated[Optional[Parallel], opt(
     "--parallel", metavar="|".join(get_args(Parallel)),
     help="ddp: every process holds the whole model; fsdp: parameters, gradients and optimizer "
     "state sharded over the processes (FSDP2), for models that do not fit one device (sets "
     "train.parallel).")]
-BudgetOpt = Annotated[Optional[str], _opt(
+BudgetOpt = Annotated[Optional[str], opt(
     "--budget", metavar="same-epochs|hold|ramp", help="same-epochs: the baseline's epochs "
     "(default); hold: the epochs the probe forecasts to reach the baseline's loss; ramp: a batch "
     "that doubles up to --batch as the noise scale grows, as the run measures it unless "
     "date.ramp is planned (sets date.budget).")]
 
 
-OutputOpt = Annotated[Optional[Path], _path_opt(
+OutputOpt = Annotated[Optional[Path], path_opt(
     "--output-dir", "-o", help="Run folder (default: train.output_dir, else "
     "runs/<recipe>-B<batch>[-hold|-ramp], then -2, -3, ... for each new run).")]
-ResumeOpt = Annotated[bool, _flag(
+ResumeOpt = Annotated[bool, flag(
     "--resume", help="Continue from the newest valid checkpoint (of the newest default run "
     "folder, without --output-dir).")]
-ReplanOpt = Annotated[bool, _flag(
+ReplanOpt = Annotated[bool, flag(
     "--force-replan", help="Resume a checkpoint written for another plan (batch, processes, "
     "spec).")]
-DryRunOpt = Annotated[bool, _flag(
+DryRunOpt = Annotated[bool, flag(
     "--dry-run", help="Validate everything, then 2 tiny steps on the CPU in a temporary folder.")]
-MaxStepsOpt = Annotated[Optional[int], _opt(
+MaxStepsOpt = Annotated[Optional[int], opt(
     "--max-steps", min=1, help="Stop after this optimizer step (checkpointed; the schedule is "
     "unchanged).")]
 Precision = TrainSpec.model_fields["precision"].annotation  # the spec's Literal: one list
-PrecisionOpt = Annotated[Optional[Precision], _opt(
+PrecisionOpt = Annotated[Optional[Precision], opt(
     "--precision", metavar="|".join(get_args(Precision)),
     help="CUDA only; default: train.precision.")]
-CompileOpt = Annotated[bool, _flag("--compile", help="torch.compile the model (CUDA only).")]
-RecipeOpt = Annotated[Optional[str], _opt(
+CompileOpt = Annotated[bool, flag("--compile", help="torch.compile the model (CUDA only).")]
+RecipeOpt = Annotated[Optional[str], opt(
     "--recipe", help="Recipe name or package.module:function (default: the spec's).")]
-BackendOpt = Annotated[Optional[str], _opt(
+BackendOpt = Annotated[Optional[str], opt(
     "--backend", help="Process-group backend: gloo, nccl or mpi (default: nccl on CUDA, gloo on "
     "CPU).")]
 NnodesOpt = Annotated[int, typer.Option("--nnodes", min=1, help="Nodes in the job.")]
-NodeRankOpt = Annotated[Optional[int], _opt(
+NodeRankOpt = Annotated[Optional[int], opt(
     "--node-rank", help="This node's rank (static rendezvous at --master-addr).")]
-RdzvEndpointOpt = Annotated[Optional[str], _opt(
+RdzvEndpointOpt = Annotated[Optional[str], opt(
     "--rdzv-endpoint", help="host:port of the c10d rendezvous (multi-node).")]
 RdzvIdOpt = Annotated[str, typer.Option("--rdzv-id", help="Job id shared by all nodes.")]
-MasterAddrOpt = Annotated[Optional[str], _opt("--master-addr", help="Static rendezvous host.")]
-MasterPortOpt = Annotated[Optional[int], _opt("--master-port", help="Static rendezvous port.")]
+MasterAddrOpt = Annotated[Optional[str], opt("--master-addr", help="Static rendezvous host.")]
+MasterPortOpt = Annotated[Optional[int], opt("--master-port", help="Static rendezvous port.")]
 RestartsOpt = Annotated[int, typer.Option(
     "--max-restarts", min=0, help="Restart failed workers this often (they resume from the newest "
     "checkpoint).")]
-ScaleJsonOpt = Annotated[bool, _flag(
+ScaleJsonOpt = Annotated[bool, flag(
     "--json", help="At the end, print the run's plan and summary as one JSON object on stdout "
     "(everything else goes to stderr).")]
 SCALE_EXAMPLES = ("Examples: date scale lenet-digits --batch 256 | date scale my.yaml --batch 8k "
@@ -112,31 +112,31 @@ PointsOpt = Annotated[int, typer.Option(
     "--points", min=2, help="Noise-scale measurements kept, one per equal stretch of the probe.")]
 ShareOpt = Annotated[float, typer.Option(
     "--share", min=0.001, max=1.0, help="Share of the baseline's optimizer steps to train.")]
-MinutesOpt = Annotated[Optional[float], _opt(
+MinutesOpt = Annotated[Optional[float], opt(
     "--budget-minutes", min=0.01, help="Stop after this many minutes of training, even before "
     "--share is reached (the LR check then trains as many steps again).")]
-ProbeMicroOpt = Annotated[Optional[int], _opt(
+ProbeMicroOpt = Annotated[Optional[int], opt(
     "--micro-batch", help="Samples per process per pass (default: half the baseline's batch on one "
     "process, each process's share on several: two or more gradients per step).")]
 LRCheckOpt = Annotated[bool, typer.Option(
     "--lr-check/--no-lr-check", help="Train the probe's steps again at twice the baseline's LR: "
     "where that does not lower the loss, the forecast expects no steps saved at a larger batch "
     "(about doubles the probe's time).")]
-ProbeOutputOpt = Annotated[Optional[Path], _path_opt(
+ProbeOutputOpt = Annotated[Optional[Path], path_opt(
     "--output-dir", "-o", help="Probe folder: probe.json, probe.png and the training run "
     "(default: runs/<recipe>-probe, then -2, -3, ...).")]
 
 
 
-LinkOpt = Annotated[Optional[str], _opt(
+LinkOpt = Annotated[Optional[str], opt(
     "--link", metavar="BANDWIDTH,LATENCY", help="The fabric's all-reduce link, e.g. 25GB/s,5us "
     "(NVLink, InfiniBand), instead of the one measured here.")]
-MicroBatchesOpt = Annotated[Optional[str], _opt(
+MicroBatchesOpt = Annotated[Optional[str], opt(
     "--micro-batches", help="Micro-batch sizes to time, comma-separated (default: the recipe's "
     "micro-batch and its half, quarter, eighth and sixteenth).")]
 
 
-BatchesOpt = Annotated[str, _opt(
+BatchesOpt = Annotated[str, opt(
     "--batches", help="Global batch sizes, comma-separated (8k = 8192). The baseline's batch is "
     "always run, as the reference.")]
 SchemesOpt = Annotated[str, typer.Option(
@@ -146,7 +146,7 @@ RepeatsOpt = Annotated[int, typer.Option(
     "report says how many would narrow a close call to the tolerance).")]
 JobsOpt = Annotated[int, typer.Option(
     "--jobs", "-j", min=1, help="Cells trained at once (the CPU threads are shared out).")]
-SweepOutputOpt = Annotated[Optional[Path], _path_opt(
+SweepOutputOpt = Annotated[Optional[Path], path_opt(
     "--output-dir", "-o", help="Sweep folder (default: sweeps/<spec name>).")]
 GridOpt = Annotated[str, typer.Option(
     "--lr-grid", help="Peak LRs tried by lars, lamb and adam; the best per batch is kept.")]
@@ -161,59 +161,59 @@ BudgetsOpt = Annotated[Optional[str], typer.Option(
     "--budgets", metavar="same-epochs,hold,ramp,ramp-planned", help="Train each scheme once "
     "per budget (date.budget; ramp-planned: a ramp with date.ramp planned), side by side as "
     "scheme+budget; all but same-epochs need --probe. Default: the spec's budget.")]
-GridSetOpt = Annotated[Optional[list[str]], _opt(
+GridSetOpt = Annotated[Optional[list[str]], opt(
     "--grid-set", metavar="KEY=VALUE", help="An option of the optimizer lars, lamb and adam "
     "tune, e.g. --grid-set phi_bounds=[1,10] (repeatable).")]
-ReportOnlyOpt = Annotated[bool, _flag(
+ReportOnlyOpt = Annotated[bool, flag(
     "--report-only", help="Train nothing; write the report from the cells already run.")]
 
 
 
 # ---------------------------------------------------------------------- date plan's own options
 
-PlanJsonOpt = Annotated[bool, _flag("--json", help="Print the plan as one JSON object.")]
-PlotOpt = Annotated[Optional[Path], _path_opt(
+PlanJsonOpt = Annotated[bool, flag("--json", help="Print the plan as one JSON object.")]
+PlotOpt = Annotated[Optional[Path], path_opt(
     "--plot", help="Also draw the LR curve into this PNG (or .pdf, .svg).")]
-CompareOpt = Annotated[bool, _flag(
+CompareOpt = Annotated[bool, flag(
     "--compare", help="Show beside it the other rule (the paper's, or DATE's default) and linear "
     "scaling + constant warmup (Goyal et al.).")]
-DevicesOpt = Annotated[Optional[int], _opt(
+DevicesOpt = Annotated[Optional[int], opt(
     "--devices", min=1, help="Split the batch over this many devices (as --nproc); with --bench, "
     "also forecast the wall-clock time on them.")]
-BenchOpt = Annotated[Optional[Path], _path_opt(
+BenchOpt = Annotated[Optional[Path], path_opt(
     "--bench", help="bench.json from date bench on your hardware: the step times the forecast is "
     "built from.")]
-BaselineDevicesOpt = Annotated[Optional[int], _opt(
+BaselineDevicesOpt = Annotated[Optional[int], opt(
     "--baseline-devices", min=1, help="Devices the baseline runs on, for the speedup (default: "
     "its batch ÷ the micro-batch).")]
-EmitOpt = Annotated[Optional[str], _opt(
+EmitOpt = Annotated[Optional[str], opt(
     "--emit", metavar="|".join(EMIT_TARGETS), help="Print the plan as settings for another "
     "trainer: hf-args (flags of Hugging Face's example scripts), lightning or accelerate (Python "
     "to paste), json (all of them).")]
 
 # ---------------------------------------------------------------------- the other commands' own
 
-SweepProbeOpt = Annotated[Optional[Path], _path_opt(
+SweepProbeOpt = Annotated[Optional[Path], path_opt(
     "--probe", help="probe.json of the baseline: the report puts each batch's forecast beside "
     "what its cells measured, --budgets hold and ramp train with it, and the date scheme's cells "
     "read its LR check (√k for the adaptive family where it fires).")]
-SweepBenchOpt = Annotated[Optional[Path], _path_opt(
+SweepBenchOpt = Annotated[Optional[Path], path_opt(
     "--bench", help="bench.json from date bench on this machine: the report puts each cell's "
     "forecast training time beside the measured one.")]
-BenchOutputOpt = Annotated[Path, _path_opt("--output-dir", "-o", help="Folder for bench.json.")]
-RecipesJsonOpt = Annotated[bool, _flag("--json", help="A JSON list, one object per recipe.")]
+BenchOutputOpt = Annotated[Path, path_opt("--output-dir", "-o", help="Folder for bench.json.")]
+RecipesJsonOpt = Annotated[bool, flag("--json", help="A JSON list, one object per recipe.")]
 CopyNameArg = Annotated[str, typer.Argument(
     help="A shipped baseline (date recipes lists the recipes; their YAMLs carry these names).",
     show_default=False)]
 CopyDestArg = Annotated[Optional[Path], typer.Argument(
-    help="Where to write it (default: NAME.yaml here).", show_default=False, parser=_path)]
-ForceOpt = Annotated[bool, _flag("--force", help="Overwrite DEST if it exists.")]
+    help="Where to write it (default: NAME.yaml here).", show_default=False, parser=parse_path)]
+ForceOpt = Annotated[bool, flag("--force", help="Overwrite DEST if it exists.")]
 NewNameArg = Annotated[str, typer.Argument(
     help="The recipe's name: writes NAME.py (a recipe to fill in) and NAME.yaml (its baseline).",
     show_default=False)]
 DataNameArg = Annotated[str, typer.Argument(
     help="mnist | fashion-mnist | shakespeare | shakespeare-text | en-de", show_default=False)]
 DataDestArg = Annotated[Path, typer.Argument(
-    help="Folder to write (train.data_dir of the recipe).", show_default=False, parser=_path)]
-SourceOpt = Annotated[Optional[Path], _path_opt(
+    help="Folder to write (train.data_dir of the recipe).", show_default=False, parser=parse_path)]
+SourceOpt = Annotated[Optional[Path], path_opt(
     "--source", help="Where the source lies, when not where it installs by default.")]

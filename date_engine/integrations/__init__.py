@@ -14,7 +14,9 @@ accelerate needs no adapter (docs/integrations.md).
 from __future__ import annotations
 
 import importlib
+import json
 import math
+import shlex
 from typing import Any
 
 from date_engine.errors import DateError
@@ -26,9 +28,9 @@ __all__ = ["CANNOT_EXPRESS", "EMIT_TARGETS", "hf_arguments", "hf_caveat", "hf_fl
 EMIT_TARGETS = ("hf-args", "lightning", "accelerate", "json")
 """What ``date plan --emit`` writes."""
 
-CANNOT_EXPRESS = ("settings alone cannot carry DATE's per-layer ratios or the plan's exact LR "
-                  "curve: install them with the optimizer and scheduler objects "
-                  "(docs/integrations.md).")
+_CANNOT = ("cannot carry DATE's per-layer ratios or the plan's exact LR curve: install them with "
+           "the optimizer and scheduler objects (docs/integrations.md).")
+CANNOT_EXPRESS = f"settings alone {_CANNOT}"
 
 
 def require(module: str, extra: str) -> Any:
@@ -67,9 +69,9 @@ def hf_arguments(run: RunPlan, grad_clip: float | None = None) -> dict[str, Any]
         "lr_scheduler_kwargs": {"lr_end": plan.lr_floor, "power": 1.0},
         "max_grad_norm": grad_clip or 0.0,
     }
-    options = plan.optimizer.options
-    if hf_optim(run) is not None:  # HF's flags name Adam's options only
-        args["optim"] = hf_optim(run)
+    options, optim = plan.optimizer.options, hf_optim(run)
+    if optim is not None:  # HF's flags name Adam's options only
+        args["optim"] = optim
         args["adam_beta1"], args["adam_beta2"] = options["betas"]
         args["adam_epsilon"] = options["eps"]
     if "weight_decay" in options:
@@ -89,29 +91,20 @@ def hf_optim(run: RunPlan) -> str | None:
 
 def hf_caveat(run: RunPlan) -> str:
     """What HF's flags cannot carry of ``run``, in one sentence."""
-    name = run.plan.optimizer.name
     if hf_optim(run) is not None:
         return CANNOT_EXPRESS
-    return (f"HF's --optim has no {name}, and {CANNOT_EXPRESS[0].lower()}{CANNOT_EXPRESS[1:]}"
-            .replace("settings alone", "the flags"))
+    return f"HF's --optim has no {run.plan.optimizer.name}, and the flags {_CANNOT}"
 
 
 def hf_flags(run: RunPlan, grad_clip: float | None = None) -> list[str]:
-    """:func:`hf_arguments` as the command-line flags of HF's example scripts (run_mlm.py, ...)."""
-    import json
-
+    """:func:`hf_arguments` as the command-line flags of HF's example scripts (run_mlm.py, ...):
+    floats as their shortest exact text, so that the parsed values are the plan's."""
     flags = []
     for key, value in hf_arguments(run, grad_clip).items():
         text = json.dumps(value) if isinstance(value, dict) else repr(value) \
             if isinstance(value, float) else str(value)
-        flags.append(f"--{key} {_quoted(text)}")
+        flags.append(f"--{key} {shlex.quote(text)}")
     return flags
-
-
-def _quoted(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
 
 
 def lightning_settings(run: RunPlan, grad_clip: float | None = None) -> dict[str, Any]:
