@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, fields
 from fractions import Fraction
 from typing import Any, Literal
 
-from date_engine.catalog import OptimizerSettings, entry
+from date_engine.catalog import BatchRule, OptimizerSettings, entry
 from date_engine.errors import PlanError
 from date_engine.forecast import Forecast, NoiseCurve, forecast
 from date_engine.ramp import Change, Rung, follow, ramp
@@ -389,7 +389,7 @@ def _peak_lr(d: _Ledger, spec: Spec, k: float, curve: NoiseCurve | None
     return scaling, p, d("η", "peak_lr", value, formula, inputs, _NAMED_REASONS[scaling]), ""
 
 
-def _probed(rule: Any, curve: NoiseCurve | None) -> tuple[float, str, str]:
+def _probed(rule: BatchRule, curve: NoiseCurve | None) -> tuple[float, str, str]:
     """(p, why, the plan's one line) of a family whose exponent a probe's LR check decides: its
     probed p where the check found room, else its own (√k for the adaptive family)."""
     p, q = rule.lr_exponent, rule.probed_exponent
