@@ -236,26 +236,21 @@ def probe_command(
     from date_engine.recipes import spec_recipe
 
     with user_errors():
-        from date_engine.train.probe import (
-            ProbeOptions,
-            measuring_micro_batch,
-            probe_folder,
-            run_probe,
-        )
+        from date_engine.train import probe as probing
 
         path, spec = _spec(spec_arg, overrides)
         recipe = spec_recipe(spec, source=str(path), to_train=True)
         check_launch(nproc)
-        measuring_micro_batch(spec.baseline.batch_size, nproc, micro_batch)  # refuse up front
-        folder, resume = probe_folder(output_dir, recipe.name, spec)
-        options = ProbeOptions(share=share, points=points, max_minutes=budget_minutes,
-                               nproc=nproc, micro_batch=micro_batch, resume=resume,
-                               lr_check=lr_check)
+        probing.check_probe(spec, nproc, micro_batch)  # refused up front
+        folder, resume = probing.probe_folder(output_dir, recipe.name, spec)
+        options = probing.ProbeOptions(share=share, points=points, max_minutes=budget_minutes,
+                                       nproc=nproc, micro_batch=micro_batch, resume=resume,
+                                       lr_check=lr_check)
         command = _command_line("probe")
     if resume:
         _stderr().print(f"continuing the interrupted probe in {folder} from its newest "
                         "checkpoint.", markup=False)
-    probe, code = run_probe(path, spec, recipe, options, folder, command)
+    probe, code = probing.run_probe(path, spec, recipe, options, folder, command)
     if probe is None:
         if code in (130, 143):
             _stderr().print(f"stopped; the probe's training in {folder} wrote a checkpoint. "
@@ -299,7 +294,8 @@ def bench_command(
         check_launch(nproc)
         given = parse_link(link) if link is not None else None
         sizes = micro_batch_sizes(recipe, None if micro_batches is None else [
-            parse_size(x, "--micro-batches") for x in micro_batches.split(",")])
+            parse_size(x, "--micro-batches") for x in micro_batches.split(",")],
+            spec.baseline.dataset_size)
         output = output_folder(output_dir, "--output-dir") / "bench.json"
     code = bench_job(spec, path, recipe, sizes, output, given, nproc)
     if code:

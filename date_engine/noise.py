@@ -229,8 +229,7 @@ class NoiseScale:
         return {"sums": list(self._sums), "weight": self._weight, "steps": self.steps,
                 "half_life": self.half_life, "min_steps": self.min_steps, "lowest": self.lowest,
                 "square": self._square, "weight_sq": self._weight_sq, "has_risen": self.has_risen,
-                "pair": list(self._pair)}
-        # not the previous step's |G|²: its gradient, which the next product needs, is not saved
+                "pair": list(self._pair), "last_g2": self._last_g2}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._sums = [float(v) for v in state["sums"]]
@@ -241,4 +240,9 @@ class NoiseScale:
         self._weight_sq = float(state.get("weight_sq", 0.0))
         self.has_risen = bool(state.get("has_risen", False))
         self._pair = [float(v) for v in state.get("pair", (0.0, 0.0))]
+        self._last_g2 = state.get("last_g2")
+
+    def drop_pair(self) -> None:
+        """Start the pairs afresh: the next step's product has no previous gradient (a run
+        resumed from a checkpoint that did not keep it)."""
         self._last_g2 = None

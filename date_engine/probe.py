@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from date_engine.errors import DateError
+from date_engine.files import read_small_text
 from date_engine.forecast import NoiseCurve
 
 __all__ = ["DEFAULT_POINTS", "DEFAULT_SHARE", "LR_CHECK_FACTOR", "PROBE_FORMAT", "LRCheck",
@@ -182,13 +183,10 @@ class Probe:
         if not path.exists():
             raise DateError(f"probe {path}: no such file; run date probe SPEC first (it writes "
                             "probe.json) and pass that file to --probe.")
-        if not path.is_file():
-            raise DateError(f"probe {path}: not a regular file; pass the probe.json that date "
-                            "probe wrote.")
+        text = read_small_text(path, "probe", "pass the probe.json that date probe wrote")
         try:
-            text = path.read_text(encoding="utf-8")
             data = json.loads(text)
-        except (OSError, ValueError) as exc:
+        except ValueError as exc:
             raise DateError(f"probe {path}: not a probe written by date probe ({exc}); "
                             f"{again}.") from None
         return cls.from_dict(data, str(path))

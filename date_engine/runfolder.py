@@ -38,6 +38,7 @@ from typing import Any
 import yaml
 
 from date_engine.errors import DateError
+from date_engine.files import read_small_text
 from date_engine.noise import NoiseEstimate
 from date_engine.runplan import RunPlan
 
@@ -417,6 +418,6 @@ def _tensorboard(folder: Path):
 
 def _json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return json.loads(read_small_text(path, "run file", "it is not the run's"))
+    except (DateError, ValueError):
         return None

@@ -145,8 +145,12 @@ def split_batch(batch: int, world_size: int, micro_batch: int | None) -> BatchSp
     world_size = positive_int("--nproc (world size)", world_size)
     if micro_batch is not None:
         micro_batch = positive_int("--micro-batch", micro_batch)
+    if world_size > batch:
+        raise PlanError(f"batch {batch} over {world_size} processes leaves processes without a "
+                        f"sample; use --nproc {batch} or fewer (each process trains at least one "
+                        "sample per step).")
     if batch % world_size:
-        sizes = [d for d in range(1, max(2 * world_size, 8) + 1) if batch % d == 0]
+        sizes = [d for d in _divisors(batch) if d <= max(2 * world_size, 8)]
         lower, upper = (batch // world_size) * world_size, -(-batch // world_size) * world_size
         raise PlanError(
             f"batch {batch} does not divide evenly over {world_size} processes; use a batch of "

@@ -42,6 +42,7 @@ from pydantic import (
 
 from date_engine.catalog import LAYER_RATIO_DEFAULTS, entry, spec_names
 from date_engine.errors import SpecError
+from date_engine.files import read_small_text
 
 __all__ = [
     "BaselineSpec",
@@ -495,13 +496,8 @@ def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> Spec:
                         f"{type(path).__name__}; parse_spec takes an already-parsed mapping.")
     path = shipped_or_path(path)
     overrides = [overrides] if isinstance(overrides, str) else list(overrides)
-    if not path.is_file():
-        what = "is a directory, not a file" if path.is_dir() else "does not exist"
-        raise SpecError(f"{path}: {what}; pass the path of a baseline YAML (see recipes/).")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot be read ({exc}); check the file's permissions.") from exc
+    text = read_small_text(path, "spec", "pass the path of a baseline YAML (see recipes/)",
+                           limit=1 << 20, error=SpecError)
     try:
         raw = _yaml(text, str(path))
     except _DuplicateKey as exc:

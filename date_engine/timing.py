@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from date_engine.errors import DateError
+from date_engine.files import read_small_text
 
 if TYPE_CHECKING:
     from date_engine.runplan import BatchSplit, RunPlan
@@ -145,11 +146,10 @@ class Bench:
     @classmethod
     def read(cls, path: Path) -> Bench:
         """bench.json, or one sentence saying what is wrong with it."""
+        text = read_small_text(path, "bench", "give the bench.json `date bench SPEC -o FOLDER` "
+                               "wrote")
         try:
-            data = json.loads(Path(path).read_text())
-        except OSError as exc:
-            raise DateError(f"{path}: cannot be read ({exc.strerror}); give the bench.json "
-                            "`date bench SPEC -o FOLDER` wrote.") from None
+            data = json.loads(text)
         except ValueError:
             raise DateError(f"{path}: not JSON; give the bench.json `date bench SPEC -o FOLDER` "
                             "wrote.") from None
@@ -170,10 +170,13 @@ class Bench:
                             "date bench again.")
         numbers = (bench.compute_fixed, bench.compute_per_sample, bench.optimizer_seconds,
                    bench.link.alpha, bench.link.beta, *(x for point in points for x in point))
+        seconds = (bench.compute_fixed, bench.compute_per_sample, bench.optimizer_seconds,
+                   bench.link.alpha, *(s for _, s in points))
         if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-                   and x >= 0 for x in numbers) or bench.link.beta <= 0:
-            raise DateError(f"{path}: its sizes and times must be finite, non-negative numbers "
-                            "and β positive; run date bench again.")
+                   and x >= 0 for x in numbers) or bench.link.beta <= 0 \
+                or max(seconds) > MAX_SECONDS:
+            raise DateError(f"{path}: its sizes and times must be finite, non-negative numbers, "
+                            "no time above a day and β positive; run date bench again.")
         return bench
 
 
@@ -247,6 +250,12 @@ _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _TIMES = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 
+MAX_SECONDS = 86_400.0
+"""No measured time of a bench (a pass, a step, a message's latency) is above a day."""
+MAX_BANDWIDTH = 1e15
+"""1 PB/s: above any fabric's bandwidth, in bytes per second."""
+
+
 def parse_link(text: str) -> Link:
     """``--link 25GB/s,5us``: the fabric's bandwidth (bytes per second, or Gbit/s as ``Gb/s``) and
     latency."""
@@ -261,8 +270,9 @@ def parse_link(text: str) -> Link:
     beta = float(match.group(1)) * _UNITS[match.group(2).lower()]
     beta = beta / 8 if match.group(3) == "b" else beta
     alpha = float(latency.group(1)) * _TIMES[latency.group(2)]
-    if beta <= 0:
-        raise DateError(f"--link: the bandwidth of {text!r} must be positive.")
+    if not 0 < beta <= MAX_BANDWIDTH or not alpha <= MAX_SECONDS:
+        raise DateError(f"--link: {text!r} is beyond any fabric (bandwidth above 0 and at most "
+                        "1 PB/s, latency at most a day); give the link's measured values.")
     return Link(alpha, beta, "--link")
 
 

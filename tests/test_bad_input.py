@@ -5,6 +5,7 @@ over spec values, `--set` and options (hypothesis)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -233,6 +234,73 @@ def test_a_probe_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_pa
     result = date("plan", DIGITS, "--batch", 256, "--probe", fifo, timeout=60)  # fails on a hang
     assert result.returncode == 2 and "not a regular file" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("option", ["--bench", "--probe", "spec"])
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder", "huge"])
+def test_every_file_option_reads_a_regular_file_of_bounded_size(tmp_path, option, kind):
+    """`--bench /dev/zero` once read without bound (1.2 GB/s of memory, then a MemoryError) and
+    a FIFO as --bench hung: the spec, --probe and --bench share one guard (a regular file, read
+    to at most 16 MiB)."""
+    import os
+
+    from tests.runs import date
+
+    path = {"device": Path("/dev/zero"), "folder": tmp_path}.get(kind, tmp_path / "file.json")
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "huge":
+        with open(path, "wb") as f:
+            f.truncate(17 << 20)  # sparse: 17 MiB of zeros
+    spec, extra = (path, []) if option == "spec" else (DIGITS, [option, path])
+    result = date("plan", spec, "--batch", 256, "--devices", 2, *extra, timeout=60)
+    said = " ".join(result.stderr.split())
+    assert result.returncode == 2 and "Traceback" not in said, said
+    want = {"fifo": "not a regular file", "device": "not a regular file",
+            "folder": "a directory", "huge": "larger than"}[kind]
+    assert f"{path}: {want}" in said and said.count("error:") == 1
+
+
+@pytest.mark.parametrize("option", ["--devices", "--nproc"])
+@pytest.mark.parametrize("count", [10**9, 2**70])
+def test_a_process_count_past_the_batch_is_refused_at_once(option, count):
+    """--devices 10^9 once spun in the divisor search that built the refusal (10^8: 14 s)."""
+    began = time.perf_counter()
+    refused(invoke("plan", DIGITS, "--batch", 256, option, count),
+            "leaves processes without a sample", "--nproc 256 or fewer")
+    assert time.perf_counter() - began < 5
+
+
+def test_bench_options_beyond_what_can_be_measured(tmp_path):
+    """A micro-batch larger than the training set was once timed as a smaller one and recorded
+    under its label; a bench.json of huge times printed "nan×"; --link 1e400GB/s was taken as an
+    infinite link."""
+    import json
+
+    from date_engine.timing import Bench, Link
+
+    refused(invoke("bench", DIGITS, "--nproc", 1, "--micro-batches", "16,100000", "-o", tmp_path),
+            "--micro-batches: 100000 is more than the 1437 samples", "1437 or fewer")
+    assert not (tmp_path / "bench.json").exists()
+    bench = Bench("lenet-digits", "m", "2", "cpu", "gloo", 2, 1, 10, 40, 1e308, 1e300, 1e-3,
+                  Link(5e-6, 2.5e10, "bench"), ((16, 1e308), (32, 1e308)), (), ())
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(bench.to_dict()))
+    refused(invoke("plan", DIGITS, "--batch", 256, "--devices", 2, "--bench", path),
+            "no time above a day")
+    fine = tmp_path / "fine.json"
+    fine.write_text(json.dumps({**bench.to_dict(), "compute_fixed": 1e-3,
+                                "compute_per_sample": 1e-5,
+                                "compute_points": [[16, 2e-3], [32, 3e-3]]}))
+    assert invoke("plan", DIGITS, "--batch", 256, "--devices", 2, "--bench", fine).exit_code == 0
+    for link in ("1e400GB/s,5us", "25GB/s,1e400us", "0GB/s,5us"):
+        refused(invoke("plan", DIGITS, "--batch", 256, "--devices", 2, "--bench", fine,
+                       "--link", link), "beyond any fabric")
+
+
+def test_a_probe_under_fsdp_is_refused_as_the_docs_say():
+    refused(invoke("probe", DIGITS, "--set", "train.parallel=fsdp"),
+            "train.parallel: fsdp does not show", "--set train.parallel=ddp")
 
 
 @pytest.mark.parametrize("change, words", [

@@ -128,12 +128,18 @@ def test_pairs_of_steps_leave_a_period_two_oscillation_out():
     assert not noise.update(math.inf, big, 64, 128, pair=math.inf)
     assert noise.update(small, big, 64, 128, pair=100.0)
     assert noise.estimate.pair_scale == pytest.approx(trace / m2)
-    # so does a resume: the previous gradient is not in the checkpoint
-    resumed = NoiseScale(half_life=1000)
-    resumed.load_state_dict(json.loads(json.dumps(noise.state_dict())))
+    # a resume goes on with the pairs (the checkpoint keeps the previous gradient: the next
+    # product is a real one), unless the run drops them (a checkpoint without that gradient)
+    resumed, dropped = NoiseScale(half_life=1000), NoiseScale(half_life=1000)
+    for copy in (resumed, dropped):
+        copy.load_state_dict(json.loads(json.dumps(noise.state_dict())))
+        assert copy.estimate == noise.estimate
+    dropped.drop_pair()
+    for copy in (noise, resumed, dropped):
+        assert copy.update(small, big, 64, 128, pair=m2 - o2 + 5.0)
     assert resumed.estimate == noise.estimate
-    assert resumed.update(small, big, 64, 128, pair=100.0)
-    assert resumed.estimate.pair_scale == pytest.approx(trace / m2)
+    assert dropped.estimate.pair_scale == pytest.approx(trace / m2)
+    assert noise.estimate.pair_scale < trace / m2
     # where pairs are not measured there is no pair estimate
     plain = NoiseScale(half_life=1000)
     plain.update(small, big, 64, 128)

@@ -351,9 +351,9 @@ def test_an_interrupted_probe_is_continued_by_the_same_command(probed, tmp_path)
     assert "continuing the interrupted probe" in again.stderr
     got, want = Probe.read(folder / "probe.json"), Probe.read(probed[0] / "probe.json")
     assert got.steps == want.steps and len(got.points) == len(want.points)
-    # the same training (resumed bit for bit); the pair product restarts after the resume
-    assert [p.grad_trace for p in got.points] == pytest.approx([p.grad_trace for p in want.points],
-                                                              rel=0.05)
+    # the same training, resumed bit for bit, pairs of steps included: the checkpoint kept the
+    # gradient the first product after the resume needs
+    assert got.points == want.points
     assert "training the first" in again.stdout and "Derived" not in again.stdout
     assert "Summary" not in again.stdout
 

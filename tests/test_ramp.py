@@ -301,19 +301,19 @@ def test_every_sample_is_read_once_per_epoch_across_a_change():
     assert [m for m, _ in sizes] == [8] * 5
     reads = [list(MicroBatchSampler(n, sizes[0][0], 2, rank, 0, 0, sizes[0][1], sizes[1:]))
              for rank in (0, 1)]
-    per_process = n // 2
-    stream = [[i for batch in rank for i in batch] for rank in reads]
+    stream = [i for a, b in zip(*reads) for pair in zip(a, b) for i in pair]  # rounds, in order
     samples = int(plan.samples_through(steps))
-    assert sum(map(len, stream)) == samples
-    for epoch in range(samples // (2 * per_process)):
-        seen = [i for rank in stream for i in rank[epoch * per_process:(epoch + 1) * per_process]]
-        assert len(seen) == len(set(seen)) == 2 * per_process
+    assert len(stream) == samples
+    for epoch in range(samples // n):
+        seen = stream[epoch * n:(epoch + 1) * n]
+        assert len(seen) == len(set(seen)) == n
     # resuming at a step inside a later stage reads exactly the rest of the stream
     mid = plan.ramp[2].first_step + 1
     later = planned.stream(mid, steps)
-    rest = list(MicroBatchSampler(n, later[0][0], 2, 0, 0, int(plan.samples_through(mid)) // 2,
+    rest = list(MicroBatchSampler(n, later[0][0], 2, 0, 0, int(plan.samples_through(mid)),
                                   later[0][1], later[1:]))
-    assert [i for b in rest for i in b] == stream[0][int(plan.samples_through(mid)) // 2:]
+    mine = [i for batch in reads[0] for i in batch]
+    assert [i for b in rest for i in b] == mine[int(plan.samples_through(mid)) // 2:]
 
 
 # ------------------------------------------------------------------ a ramped run, end to end

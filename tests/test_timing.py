@@ -210,7 +210,7 @@ def test_a_ramp_costs_each_stage_at_its_own_split():
 
 def test_a_bench_file_that_does_not_read_is_one_sentence(tmp_path):
     missing = tmp_path / "none.json"
-    with pytest.raises(DateError, match="cannot be read"):
+    with pytest.raises(DateError, match="does not exist"):
         Bench.read(missing)
     bad = tmp_path / "bad.json"
     bad.write_text("{")

@@ -63,10 +63,13 @@ def test_torchrun_arguments():
     assert "--node-rank" in static and "--master-addr" in static and "--standalone" not in static
 
 
+@pytest.mark.parametrize("n", [40, 41])
 @pytest.mark.parametrize("world, micro", [(1, 8), (2, 4), (4, 2)])
-def test_global_batches_do_not_depend_on_the_split(world, micro):
-    """Global batch = the union over processes of their micro-batches for a step."""
-    n, batch, steps = 40, 8, 12  # 12 steps of 8 cross two epochs of 40
+def test_global_batches_do_not_depend_on_the_split(world, micro, n):
+    """Global batch = the union over processes of their micro-batches for a step, the same for
+    every split, across epochs too, also where the epoch does not divide over the processes (41
+    samples: a process count that dropped the remainder would start the next epoch elsewhere)."""
+    batch, steps = 8, 12  # 12 steps of 8 cross two epochs of 40
 
     def global_batches(world, micro):
         accumulation = batch // (world * micro)
@@ -89,10 +92,10 @@ def test_global_batches_do_not_depend_on_the_split(world, micro):
 
 def test_sampler_resumes_mid_stream_and_reshuffles_each_epoch():
     full = list(MicroBatchSampler(30, 4, 2, 1, seed=0, start=0, count=10))
-    assert list(MicroBatchSampler(30, 4, 2, 1, seed=0, start=12, count=7)) == full[3:]
+    assert list(MicroBatchSampler(30, 4, 2, 1, seed=0, start=24, count=7)) == full[3:]
     epochs = [MicroBatchSampler(30, 4, 2, 1, 0, 0, 1).epoch_indices(e) for e in (0, 1)]
-    assert sorted(epochs[0]) != epochs[0] or epochs[0] != epochs[1]
-    assert len(epochs[0]) == 15 and epochs[0] != epochs[1]
+    assert sorted(epochs[0]) == list(range(30)) == sorted(epochs[1])
+    assert epochs[0] != epochs[1] and epochs[0] != list(range(30))
 
 
 def _payload(step):

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from date_engine.errors import DateError
+from date_engine.files import read_small_text
 from date_engine.machine import describe, threads_per_process
 from date_engine.recipes import Recipe
 from date_engine.spec import Spec
@@ -205,8 +207,9 @@ def run_sweep(
 
 def _settings_of(root: Path) -> dict[str, Any]:
     try:
-        return json.loads((root / "results.json").read_text())["settings"]
-    except (OSError, ValueError, KeyError):
+        return json.loads(read_small_text(root / "results.json", "sweep results",
+                                          "not the sweep's"))["settings"]
+    except (DateError, ValueError, KeyError, TypeError):
         return {}
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from date_engine.errors import DateError
 from date_engine.machine import describe
 from date_engine.optim.build import build_optimizer
 from date_engine.recipes import DataOptions, get_recipe
@@ -183,13 +184,17 @@ def main(argv: list[str] | None = None) -> int:
     return run(json.loads(Path(args.config).read_text()))
 
 
-def micro_batch_sizes(recipe: Any, given: list[int] | None) -> list[int]:
+def micro_batch_sizes(recipe: Any, given: list[int] | None, samples: int) -> list[int]:
     """The micro-batches to time: ``given``, else the recipe's and its half, quarter, eighth and
-    sixteenth (a run's micro-batches lie at or below the recipe's)."""
+    sixteenth (a run's micro-batches lie at or below the recipe's), none above the ``samples``
+    of the training set (a pass cannot take more: it would time a smaller one)."""
     if given is not None:
+        if max(given) > samples:
+            raise DateError(f"--micro-batches: {max(given)} is more than the {samples} samples "
+                            f"of the training set; time micro-batches of {samples} or fewer.")
         return sorted(set(given))
     most = recipe.default_micro_batch
-    return sorted({max(1, most >> k) for k in range(5)})
+    return sorted({min(samples, max(1, most >> k)) for k in range(5)})
 
 
 def bench_job(spec: Any, spec_path: Path, recipe: Any, sizes: list[int], output: Path,

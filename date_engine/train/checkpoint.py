@@ -418,9 +418,10 @@ class NonFiniteState(Exception):
 
 def save_run(rt, folder: RunFolder, step: int, planned, model, optimizer, scaler, noise,
              log, *, seed: int, spec_fingerprint: str, recipe: str, keep: int,
-             rng: dict[str, Any] | None = None) -> Path | None:
+             rng: dict[str, Any] | None = None, pair_gradient: Any = None) -> Path | None:
     """Write the checkpoint of ``step`` of a run stepping as ``planned`` (collective: every
-    process sends its RNG states — ``rng``, or its state now — and its unlogged losses). Returns
+    process sends its RNG states — ``rng``, or its state now — and its unlogged losses; with
+    ``pair_gradient``, the last step's gradient the next pair product needs). Returns
     the path on rank 0, else None. Raises :class:`NonFiniteState` on every process when the
     model's or optimizer's state is not finite (the replicas are equal, so every process does)."""
     import torch.distributed as dist
@@ -446,6 +447,7 @@ def save_run(rt, folder: RunFolder, step: int, planned, model, optimizer, scaler
         "sampler": {"samples_per_process": samples // planned.split.world_size, "seed": seed},
         "scaler": scaler.state_dict() if scaler is not None else None,
         "noise": noise.state_dict() if noise is not None else None,
+        "pair_gradient": pair_gradient.detach().cpu() if pair_gradient is not None else None,
         "ranks": states,
         "plan": planned.to_dict(),
         "spec_fingerprint": spec_fingerprint,

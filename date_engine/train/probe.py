@@ -28,7 +28,8 @@ from date_engine.train.config import RunConfig
 from date_engine.train.launch import LaunchOptions, launch
 from date_engine.train.trainer import EXIT_NONFINITE
 
-__all__ = ["ProbeOptions", "measuring_micro_batch", "probe_state", "run_probe"]
+__all__ = ["ProbeOptions", "check_probe", "measuring_micro_batch", "probe_folder",
+           "probe_state", "run_probe"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,17 @@ def probe_folder(output_dir: Path | None, recipe: str, spec: Any) -> tuple[Path,
         raise DateError(f"{folder} holds an interrupted probe of another spec ({folder / 'run'}); "
                         "choose another --output-dir, or remove that folder.")
     raise DateError(f"runs/{recipe}-probe: every numbered folder is taken; pass --output-dir.")
+
+
+def check_probe(spec: Any, world_size: int, micro_batch: int | None) -> None:
+    """Refuse what a probe cannot measure: under fsdp no process holds its own gradient, and a
+    split of one gradient per step measures no noise."""
+    measuring_micro_batch(spec.baseline.batch_size, world_size, micro_batch)
+    if spec.train.parallel == "fsdp":
+        raise DateError("date probe measures the gradient noise scale, which train.parallel: "
+                        "fsdp does not show (each process holds a shard of the averaged "
+                        "gradient); probe the baseline under ddp (--set train.parallel=ddp): an "
+                        "fsdp run reads that probe.")
 
 
 def measuring_micro_batch(batch: int, world_size: int, micro_batch: int | None) -> int:

@@ -1,35 +1,31 @@
 """Which samples each process reads, micro-batch after micro-batch, resumable at any step.
 
-Every epoch, torch's ``DistributedSampler`` shuffles the data set with ``seed + epoch`` and gives
-each process every ``world_size``-th sample (dropping the remainder, so no sample repeats). A
-process reads its share as one stream across epochs, ``micro_batch`` samples at a time; a
-micro-batch may straddle two epochs. So after ``s`` optimizer steps each process has read exactly
-``s · micro_batch · accumulation_steps`` samples of its stream: the position to resume from is a
-function of the step, and the global batch of a step is the same set of samples whatever the split
-into processes and accumulation steps. A batch ramp changes the micro-batch from one stage to the
-next (``then``); the stream goes on where it was, so no sample is skipped or repeated at a change.
+The run reads one global stream: epoch after epoch, the data set shuffled with ``seed + epoch``
+(torch's ``randperm``, as ``DistributedSampler`` shuffles), every sample once per epoch and none
+dropped. A step's global batch is the stream's next ``batch`` samples; of each micro-batch round
+(``micro_batch · world_size`` samples) process ``rank`` reads positions ``rank, rank + world_size,
+...`` (``DistributedSampler``'s interleaving). So the samples of a step are the same whatever the
+split into processes and accumulation steps, across epochs too (an epoch that does not divide over
+the processes does not change where the next begins: resharding a run to another number of
+processes keeps its trajectory), and the position to resume from is a function of the step: the
+samples the plan has read by then. A micro-batch may straddle two epochs. A batch ramp changes
+the micro-batch from one stage to the next (``then``); the stream goes on where it was, so no
+sample is skipped or repeated at a change.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from torch.utils.data import DistributedSampler, Sampler
+import torch
+from torch.utils.data import Sampler
 
 __all__ = ["MicroBatchSampler", "loader"]
 
 
-class _Length:
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-
 class MicroBatchSampler(Sampler[list[int]]):
-    """Yields this process's micro-batches (lists of dataset indices), starting at ``start``
-    samples into its stream, ``count`` of them."""
+    """Yields this process's micro-batches (lists of dataset indices), starting ``start`` samples
+    into the global stream, ``count`` of them."""
 
     def __init__(
         self,
@@ -49,33 +45,29 @@ class MicroBatchSampler(Sampler[list[int]]):
         self.sizes = [(micro_batch, count), *then]
         """(micro-batch, how many) in order: ``then`` continues the stream after the first
         ``count`` with other micro-batch sizes (a batch ramp's stages)."""
-        self.per_epoch = dataset_size // world_size
 
     def __len__(self) -> int:
         return sum(count for _, count in self.sizes)
 
     def epoch_indices(self, epoch: int) -> list[int]:
-        sampler = DistributedSampler(
-            _Length(self.dataset_size),
-            num_replicas=self.world_size,
-            rank=self.rank,
-            shuffle=True,
-            seed=self.seed,
-            drop_last=True,
-        )
-        sampler.set_epoch(epoch)
-        return list(sampler)
+        """The data set in epoch ``epoch``'s order (the whole stream's, every process's)."""
+        generator = torch.Generator()
+        generator.manual_seed(self.seed + epoch)
+        return torch.randperm(self.dataset_size, generator=generator).tolist()
 
     def __iter__(self) -> Iterator[list[int]]:
-        epoch, offset = divmod(self.start, self.per_epoch)
-        pending: list[int] = []
+        n, world = self.dataset_size, self.world_size
+        position, order, epoch = self.start + self.rank, [], -1
         for micro, count in self.sizes:
             for _ in range(count):
-                while len(pending) < micro:
-                    pending += self.epoch_indices(epoch)[offset:]
-                    epoch, offset = epoch + 1, 0
-                yield pending[:micro]
-                pending = pending[micro:]
+                batch = []
+                for offset in range(position, position + micro * world, world):
+                    if offset // n != epoch:
+                        epoch = offset // n
+                        order = self.epoch_indices(epoch)
+                    batch.append(order[offset % n])
+                yield batch
+                position += micro * world
 
 
 def loader(data, planned, rank: int, seed: int, start: int, stop_at: int, num_workers: int,
@@ -89,7 +81,7 @@ def loader(data, planned, rank: int, seed: int, start: int, stop_at: int, num_wo
     first = sizes[0] if sizes else (planned.split.micro_batch, 0)
     world = planned.split.world_size
     sampler = MicroBatchSampler(len(data.train), first[0], world, rank, seed,
-                                start=planned.samples_through(start) // world, count=first[1],
+                                start=planned.samples_through(start), count=first[1],
                                 then=sizes[1:])
     return torch.utils.data.DataLoader(
         data.train, batch_sampler=sampler, collate_fn=data.collate, num_workers=num_workers,

@@ -128,6 +128,20 @@ class StepRunner:
         self._pair = torch.vdot(flat, self._previous)
         self._previous = flat
 
+    @property
+    def previous_gradient(self) -> Tensor | None:
+        """The last step's gradient, flat, kept for the next pair product (None where pairs are
+        not measured): a checkpoint keeps it, so that a resumed run's pairs go on unbroken."""
+        return self._previous
+
+    def resume_pairs(self, gradient: Tensor | None) -> bool:
+        """Take the checkpoint's ``previous_gradient``; False where there is none to take (the
+        pairs then start afresh)."""
+        if self._previous is None or gradient is None or gradient.shape != self._previous.shape:
+            return False
+        self._previous = gradient.to(self._previous.device, torch.float32)
+        return True
+
     def noise_sample(self, grad_norm: Tensor | None) -> Tensor | None:
         """(mean over this process's micro-batches of |g_micro|², |g_step|²[, ⟨g_step,
         g_previous step⟩ where pairs are measured]) on the device, for :func:`agree`; None when

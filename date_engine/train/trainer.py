@@ -156,6 +156,9 @@ class Trainer:
                            self.rt, self.steps_plan.split.accumulation_steps,
                            measure_noise=self.noise is not None,
                            measure_pairs=self.config.measure_pairs)
+        if point.resumed and self.noise is not None and not steps.resume_pairs(
+                found.payload.get("pair_gradient")):
+            self.noise.drop_pair()
         return steps, point
 
     def close(self) -> None:
@@ -227,10 +230,11 @@ class Trainer:
         if not cfg.force_replan and (kept := resume.kept_plan(
                 found, self.steps_plan, self.spec, self.console if self.rt.is_main else None)):
             self.planned = self.steps_plan = kept
+        # a layout this run cannot read is refused first: --force-replan cannot help there
+        ckpt.check_layout(found, self.steps_plan.split.sharded, self.spec.train.parallel)
         mismatch = self._mismatch(found)
         if mismatch and not cfg.force_replan:
             raise ckpt.refuse(found.path, mismatch)
-        ckpt.check_layout(found, self.steps_plan.split.sharded, self.spec.train.parallel)
         return found
 
     def _mismatch(self, found: ckpt.Found) -> str | None:
@@ -404,7 +408,8 @@ class Trainer:
         return ckpt.save_run(self.rt, self.folder, step, self.steps_plan, steps.model,
                              steps.optimizer, steps.scaler, self.noise, log, seed=self.seed,
                              spec_fingerprint=self.spec.fingerprint(), recipe=self.recipe.name,
-                             keep=self.spec.train.keep_checkpoints, rng=rng)
+                             keep=self.spec.train.keep_checkpoints, rng=rng,
+                             pair_gradient=steps.previous_gradient)
 
     def _nonfinite(self, step: int, loss: torch.Tensor | None) -> str:
         """Report a non-finite stop: the loss or gradients of ``step`` (``loss`` given), or the
