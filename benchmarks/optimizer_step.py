@@ -1,6 +1,7 @@
 """Time one optimizer step on ResNet-50's parameters, every optimizer side by side in one run.
 
-    python benchmarks/optimizer_step.py [--steps 20] [--warmup 5] [--runs 3] [--out FILE]
+    python benchmarks/optimizer_step.py [--steps 20] [--warmup 5] [--runs 3] [--device cuda]
+                                        [--out FILE]
 
 Parameters have ResNet-50's shapes (25.6 M float32 values in 161 tensors) and random values;
 gradients are random too. Each round times one step of every optimizer in turn, and a plain copy
@@ -92,13 +93,15 @@ def state_bytes(opt) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if t.dim() > 0)
 
 
-def measure(steps: int, warmup: int) -> dict:
-    """One run: every optimizer's median step time (ms), its implementation and kept state."""
+def measure(steps: int, warmup: int, device: str = "cpu") -> dict:
+    """One run on ``device``: every optimizer's median step time (ms), its implementation and
+    kept state. On CUDA each step is timed to its last kernel (synchronised before and after)."""
     torch.manual_seed(0)
     shapes = [p.shape for p in resnet50().parameters()]
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     runs = {}
     for name, (factory, *_) in OPTIMIZERS.items():
-        params = [torch.nn.Parameter(torch.randn(s) * 0.05) for s in shapes]
+        params = [torch.nn.Parameter(torch.randn(s, device=device) * 0.05) for s in shapes]
         for p in params:
             p.grad = torch.randn_like(p) * 1e-3
         runs[name] = (params, factory(params))
@@ -107,6 +110,7 @@ def measure(steps: int, warmup: int) -> dict:
     times: dict[str, list[float]] = {name: [] for name in [COPY, NORMS, *OPTIMIZERS]}
     for round_ in range(warmup + steps):
         for name in times:
+            sync()
             start = time.perf_counter()
             if name == COPY:
                 torch._foreach_copy_(copies, source)
@@ -114,6 +118,7 @@ def measure(steps: int, warmup: int) -> dict:
                 norms(source), norms([p.grad for p in source])
             else:
                 runs[name][1].step()
+            sync()
             elapsed = time.perf_counter() - start
             if round_ >= warmup:
                 times[name].append(elapsed)
@@ -124,6 +129,7 @@ def measure(steps: int, warmup: int) -> dict:
         "state_mib": {name: state_bytes(opt) / 2**20 for name, (_, opt) in runs.items()},
         "param_bytes": sum(p.numel() * p.element_size() for p in source),
         "tensors": len(shapes),
+        "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
     }
 
 
@@ -165,17 +171,19 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1,
                         help="runs, each in a fresh process; the report takes their medians")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument("--out", default="optimizer_step.json", help="where to write the JSON")
     parser.add_argument("--one-run", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.one_run:
-        json.dump(measure(args.steps, args.warmup), sys.stdout)
+        json.dump(measure(args.steps, args.warmup, args.device), sys.stdout)
         return
     results = []
     for _ in range(args.runs):
         out = subprocess.run([sys.executable, __file__, "--one-run", "--steps", str(args.steps),
-                              "--warmup", str(args.warmup), "--threads", str(args.threads)],
+                              "--warmup", str(args.warmup), "--threads", str(args.threads),
+                              "--device", args.device],
                              check=True, capture_output=True,
                              text=True).stdout
         results.append(json.loads(out))
@@ -183,11 +191,13 @@ def main() -> None:
     first = results[0]
     passes = {name: statistics.median(r["median_ms"][name] for r in results)
               for name in (COPY, NORMS)}
+    where = first["device"] if args.device != "cpu" else (platform.processor()
+                                                          or platform.machine())
     print(f"One step on ResNet-50's parameters ({first['tensors']} tensors, "
           f"{first['param_bytes'] / 4e6:.1f} M float32, {first['param_bytes'] / 2**20:.0f} MiB); "
           f"median of {args.steps} interleaved rounds after {args.warmup}, median of "
           f"{args.runs} run(s); torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
-          f"{platform.processor() or platform.machine()}; roofline bandwidth "
+          f"{where}; roofline bandwidth "
           f"{bandwidth / 1e9:.1f} GB/s (reads + writes)")
     print(f"{'optimizer':34s} {'path':8s} {'ms':>6s} {'roofline':>9s} {'×roof':>6s}  "
           f"{'state MiB':>9s}  ratios")
@@ -206,7 +216,7 @@ def main() -> None:
     with open(args.out, "w") as f:
         json.dump({"rows": rows, "passes_ms": passes, "runs": results, "steps": args.steps,
                    "warmup": args.warmup, "roofline_bytes_per_s": bandwidth,
-                   "torch": torch.__version__, "threads": args.threads,
+                   "torch": torch.__version__, "threads": args.threads, "device": args.device,
                    "machine": platform.machine()}, f,
                   indent=2)
     print(f"JSON written to {args.out}")

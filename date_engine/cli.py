@@ -152,7 +152,8 @@ def plan_command(
             from date_engine.view.plan import print_plan
 
             console = Console(highlight=False)
-            print_plan(console, path, spec.recipe, planned, others, planned.sharding(parameters))
+            print_plan(console, path, spec.recipe, planned, others, planned.sharding(parameters),
+                       auto=spec.train.micro_batch == "auto" and micro_batch is None)
             if times:
                 from date_engine.view.timing import render_time
 

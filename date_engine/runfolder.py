@@ -5,6 +5,7 @@
     <run>/spec.yaml         the spec as validated, overrides applied      written before training
     <run>/config.json       the command's options (RunConfig)             written before training
     <run>/plan.json         the plan and batch split the run trains with  written before training
+    <run>/micro_batch.json  train.micro_batch: auto — the sizes tried and the one that fit
     <run>/metrics.jsonl     one record per logged step or evaluation
     <run>/tensorboard/      the same scalars, when tensorboard is installed
     <run>/checkpoints/step-XXXXXXXX.pt    (step-XXXXXXXX.dcp/, a folder of shards, under fsdp)
@@ -147,6 +148,10 @@ class RunFolder:
         return self.root / "FAILED.json"
 
     @property
+    def micro_batch_path(self) -> Path:
+        return self.root / "micro_batch.json"
+
+    @property
     def checkpoint_dir(self) -> Path:
         return self.root / "checkpoints"
 
@@ -243,6 +248,18 @@ class RunFolder:
             return RunPlan.from_dict(data) if data else None
         except (KeyError, TypeError):  # a plan.json of another version
             return None
+
+    def write_micro_batch(self, chosen: int, tried: list[int], device: str) -> None:
+        """micro_batch.json: what ``train.micro_batch: auto`` chose, from which sizes, on what."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.micro_batch_path.write_text(json.dumps(
+            {"micro_batch": chosen, "tried": tried, "device": device}, indent=2))
+
+    def read_micro_batch(self) -> int | None:
+        """The micro-batch an earlier attempt of this run chose, or None."""
+        data = _json(self.micro_batch_path)
+        chosen = data.get("micro_batch") if isinstance(data, dict) else None
+        return chosen if isinstance(chosen, int) and chosen > 0 else None
 
     def write_summary(self, summary: RunSummary) -> None:
         self.summary_path.write_text(json.dumps(asdict(summary), indent=2))

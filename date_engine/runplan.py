@@ -37,6 +37,7 @@ __all__ = [
     "BatchSplit",
     "RunPlan",
     "Sharding",
+    "halvings",
     "largest_divisor",
     "resolve_plan",
     "split_batch",
@@ -342,7 +343,9 @@ def resolve_plan(
     plan = derive_plan(spec, batch, dataset_size=n, dataset_size_source=source,
                        multiple_of=world_size, noise_curve=curve, ramp_changes=ramp_changes)
     micro = micro_batch if micro_batch is not None else spec.train.micro_batch
-    if micro is None and recipe is not None and batch % world_size == 0:
+    if micro == "auto":  # the whole share until the run has tried what fits (train/fit.py)
+        micro = None
+    elif micro is None and recipe is not None and batch % world_size == 0:
         share = batch // world_size
         micro = largest_divisor(share, recipe.default_micro_batch)
     if spec.train.parallel == "fsdp" and plan.ramp and plan.ramp_mode == "measured":
@@ -353,6 +356,16 @@ def resolve_plan(
     return RunPlan(plan, replace(split, parallel=spec.train.parallel))
 
 
+
+
+def halvings(share: int) -> list[int]:
+    """The micro-batches ``train.micro_batch: auto`` tries, largest first: ``share`` (a process's
+    samples per step), then the largest divisor of it at or below half the last, down to 1; each
+    splits the share into whole accumulation steps."""
+    sizes = [share]
+    while sizes[-1] > 1:
+        sizes.append(largest_divisor(share, sizes[-1] // 2))
+    return sizes
 
 
 def _divisors(n: int) -> list[int]:

@@ -289,9 +289,11 @@ class TrainSpec(_Section):
     """Settings of the bundled trainer (``date scale``). None of them changes the plan's
     schedule."""
 
-    micro_batch: Samples | None = None
+    micro_batch: Samples | Literal["auto"] | None = None
     """Samples per process per forward/backward pass; the rest of the batch is accumulation.
-    Default: the recipe's, capped at each process's share of the batch."""
+    Default: the recipe's, capped at each process's share of the batch. ``auto``: the largest
+    that fits the device, found at the start of the run by trying (halving on out-of-memory), kept
+    on resume."""
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     """Seed for model initialisation, data order and every process's random state."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"

@@ -80,3 +80,32 @@ def lenet_digits_state_nan() -> Recipe:
         return base.loss(model, batch, data)
 
     return replace(base, name="lenet-digits-state-nan", build_model=build_model, loss=loss)
+
+
+OOM_ABOVE = int(os.environ.get("DATE_TEST_OOM_ABOVE", "40"))
+OOM_RANK = os.environ.get("DATE_TEST_OOM_RANK")
+"""lenet_digits_oom's device: a forward of more than OOM_ABOVE samples runs out of memory (on
+every process, or on rank OOM_RANK alone)."""
+
+
+def lenet_digits_oom() -> Recipe:
+    """lenet-digits on a device that holds OOM_ABOVE samples per pass: a larger forward raises
+    torch.OutOfMemoryError, the exception CUDA's allocator raises."""
+    import torch
+
+    base = _digits()
+
+    class Limited(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            mine = OOM_RANK is None or os.environ.get("RANK", "0") == OOM_RANK
+            if mine and x.shape[0] > OOM_ABOVE:
+                raise torch.OutOfMemoryError(
+                    f"CUDA out of memory (a test device that holds {OOM_ABOVE} samples)")
+            return self.inner(x)
+
+    return replace(base, name="lenet-digits-oom",
+                   build_model=lambda options: Limited(base.build_model(options)))

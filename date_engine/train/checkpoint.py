@@ -314,7 +314,9 @@ def restore_rng(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        # one state per GPU the writer saw: a machine with fewer restores those it has
+        for index, cuda in enumerate(state["cuda"][:torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda, index)
     np = _numpy()
     if np is not None and "numpy" in state:
         name, keys, pos, has_gauss, gauss = state["numpy"]

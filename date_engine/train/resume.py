@@ -25,6 +25,7 @@ from date_engine.runfolder import RunFolder, RunSummary
 from date_engine.runplan import RunPlan
 from date_engine.train import checkpoint as ckpt
 from date_engine.train import shards
+from date_engine.train.runtime import raise_everywhere
 from date_engine.view.console import note_line
 
 __all__ = ["ResumePoint", "already_finished", "earlier_failure", "find", "process_seed",
@@ -162,6 +163,29 @@ def restore(found: ckpt.Found | None, model, optimizer, scaler, noise, planned: 
     ckpt.restore_rng(mine["rng"])
     return ResumePoint(payload["step"], True, tuple(mine["log_window"]),
                        float(payload.get("train_seconds", 0.0)))
+
+
+def take_lock(rt: Any, folder: RunFolder, command: str | None) -> Any:
+    """One writer per run folder: rank 0 takes its lock for the whole run (returned; None on the
+    other processes) and clears what killed checkpoint writes left; a refusal is raised on every
+    process."""
+    error, lock = None, None
+    if rt.is_main:
+        try:
+            lock = folder.lock(command or "date scale")
+            ckpt.remove_partial_writes(folder)
+        except DateError as exc:
+            error = str(exc)
+    raise_everywhere(rt, error)
+    return lock
+
+
+def continue_pairs(point: ResumePoint, steps: Any, noise: Any, found: ckpt.Found | None) -> None:
+    """A resumed run's pairs of steps go on from the gradient its checkpoint kept (``steps``, a
+    :class:`~date_engine.train.step.StepRunner`); without one they start afresh."""
+    if point.resumed and noise is not None and not steps.resume_pairs(
+            found.payload.get("pair_gradient")):
+        noise.drop_pair()
 
 
 def kept_plan(found: ckpt.Found, run: RunPlan, spec: Any, console: Console | None

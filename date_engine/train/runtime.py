@@ -79,6 +79,12 @@ class Runtime:
         """fp16 needs loss scaling; bf16 and fp32 do not."""
         return torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
 
+    def release_memory(self) -> None:
+        """Give the allocator's cached blocks back to the device (CUDA), so that what is tried
+        next allocates as a fresh process would."""
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     def shard(self, model: torch.nn.Module, units: list[torch.nn.Module]) -> torch.nn.Module:
         """Under fsdp in a job: shard ``model`` in place with FSDP2, each of ``units`` as one unit
         and the root holding the rest (every process built the same weights: FSDP2 broadcasts

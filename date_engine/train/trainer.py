@@ -38,11 +38,11 @@ from date_engine.runplan import RunPlan, resolve_plan
 from date_engine.schedule import set_lr
 from date_engine.spec import parse_spec
 from date_engine.train import checkpoint as ckpt
-from date_engine.train import resume
+from date_engine.train import fit, resume
 from date_engine.train.config import RunConfig
 from date_engine.train.evaluate import evaluate
 from date_engine.train.reporting import RunLogger
-from date_engine.train.runtime import Runtime, raise_everywhere, setup, shard_units, teardown
+from date_engine.train.runtime import Runtime, setup, shard_units, teardown
 from date_engine.train.sampling import loader
 from date_engine.train.step import StepRunner, Verdict, agree
 from date_engine.view.console import error_line, nonfinite_message, note_line
@@ -116,9 +116,13 @@ class Trainer:
         data = self.recipe.load_data(DataOptions(data_dir=self.spec.train.data_dir,
                                                  seed=self.seed), self.options, self.config.dry_run)
         self.planned = self._resolve(data)
+        self._lock = resume.take_lock(self.rt, self.folder, self.config.rerun_command)
+        if fit.wanted(self.spec, self.config):  # train.micro_batch: auto
+            self.config = fit.with_micro_batch(self.config, self.recipe, self.options, data,
+                                               self.rt, self.folder, self.restart, self.console)
+            self.planned = self._resolve(data)
         self.steps_plan = self.planned.dry_run(self.rt.world_size) if self.config.dry_run \
             else self.planned
-        self._take_lock()
         found = self._checkpoint_to_resume(data)  # every refusal happens before anything is written
         if found is not None and self._mismatch(found) is None and resume.already_finished(
                 found, self.steps_plan, self.folder, self.recipe, self.console, self.rt.is_main):
@@ -156,9 +160,7 @@ class Trainer:
                            self.rt, self.steps_plan.split.accumulation_steps,
                            measure_noise=self.noise is not None,
                            measure_pairs=self.config.measure_pairs)
-        if point.resumed and self.noise is not None and not steps.resume_pairs(
-                found.payload.get("pair_gradient")):
-            self.noise.drop_pair()
+        resume.continue_pairs(point, steps, self.noise, found)
         return steps, point
 
     def close(self) -> None:
@@ -202,18 +204,6 @@ class Trainer:
                                  self.config.to_json(), self.planned)
 
     # ------------------------------------------------------------------ resume
-
-    def _take_lock(self) -> None:
-        """One writer per run folder: rank 0 takes its lock for the whole run and clears what
-        killed checkpoint writes left; its refusal is raised on every process."""
-        error = None
-        if self.rt.is_main:
-            try:
-                self._lock = self.folder.lock(self.config.rerun_command or "date scale")
-                ckpt.remove_partial_writes(self.folder)
-            except DateError as exc:
-                error = str(exc)
-        raise_everywhere(self.rt, error)
 
     def _checkpoint_to_resume(self, data: RecipeData) -> ckpt.Found | None:
         """The checkpoint this run continues from (:func:`resume.find`); a measured ramp takes

@@ -31,7 +31,7 @@ def scheme_name(plan: Plan) -> str:
 
 
 def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64,
-                sharding: Sharding | None = None) -> RenderableType:
+                sharding: Sharding | None = None, auto: bool = False) -> RenderableType:
     """Everything ``date plan`` prints for one plan, its batch split and how the processes hold
     the model."""
     parts: list[RenderableType] = [
@@ -46,7 +46,7 @@ def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64
         *_forecast_lines(plan),
         _phases_table(plan),
         *_ramp_table(plan, split),
-        _split_line(split),
+        _split_line(split, auto),
         *_sharding_lines(sharding),
         _optimizer_line(plan),
         Text("\nLearning rate per optimizer step", style="bold"),
@@ -65,12 +65,13 @@ _STYLES = ("cyan", "magenta", "green", "yellow")
 
 
 def print_plan(console: Console, path: Path, recipe: str | None, planned: RunPlan,
-               others: dict[str, Plan], sharding: Sharding | None) -> None:
-    """What ``date plan`` prints: the plan of ``path`` and, with ``others``, the comparison."""
+               others: dict[str, Plan], sharding: Sharding | None, auto: bool = False) -> None:
+    """What ``date plan`` prints: the plan of ``path`` and, with ``others``, the comparison;
+    ``auto``: the micro-batch is found when the run starts."""
     width = max(32, min(console.width - 14, 90))
     title = f"DATE plan for {path}" + (f" (recipe {recipe})" if recipe else "")
     console.print(render_plan(planned.plan, planned.split, title, chart_width=width,
-                              sharding=sharding))
+                              sharding=sharding, auto=auto))
     if others:
         console.print()
         console.print(render_comparison(planned.plan, others, chart_width=width))
@@ -241,9 +242,12 @@ def describe_split(split: BatchSplit) -> str:
     )
 
 
-def _split_line(split: BatchSplit) -> Text:
+def _split_line(split: BatchSplit, auto: bool = False) -> Text:
     text = Text("Batch split: ", style="bold")
     text.append(describe_split(split))
+    if auto:
+        text.append(f"; train.micro_batch: auto: the run tries {split.micro_batch} per pass, then "
+                    "halves it to the largest its device holds (micro_batch.json)")
     return text
 
 
