@@ -13,7 +13,8 @@ from collections.abc import MutableMapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-__all__ = ["describe", "huge_pages_for_tensors", "threads_per_process"]
+__all__ = ["choose_threads", "describe", "huge_pages_for_tensors", "idle_cores",
+           "threads_per_process"]
 
 CPUINFO = Path("/proc/cpuinfo")
 """Linux's description of each logical CPU (model name, family, model, flags)."""
@@ -30,6 +31,53 @@ def threads_per_process(processes: int) -> int:
     """CPU threads for each of ``processes`` training processes sharing this machine's cores (so
     that they do not each start a thread per core)."""
     return max(1, (os.cpu_count() or 1) // max(1, processes))
+
+
+PROC_STAT = Path("/proc/stat")
+"""Linux's CPU time counters since boot: the ``cpu`` line's fields are user, nice, system, idle,
+iowait, ... in clock ticks, summed over the logical CPUs."""
+
+
+def _idle_and_total(stat: Path) -> tuple[int, int] | None:
+    try:
+        fields = [int(x) for x in stat.read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (fields[3] + fields[4], sum(fields[:8])) if len(fields) >= 5 else None
+
+
+def idle_cores(seconds: float = 0.25, stat: Path = PROC_STAT) -> float | None:
+    """How many of this machine's logical CPUs sat idle over the next ``seconds`` (None where the
+    kernel does not say: not Linux)."""
+    import time
+
+    before = _idle_and_total(stat)
+    time.sleep(seconds)
+    after = _idle_and_total(stat)
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (os.cpu_count() or 1) * (after[0] - before[0]) / (after[1] - before[1])
+
+
+def choose_threads(processes: int, environ: MutableMapping[str, str] = os.environ,
+                   idle: float | None = None) -> tuple[int, str]:
+    """Intra-op threads for each of ``processes`` training processes started now, and why: a
+    user's ``OMP_NUM_THREADS`` as given; else the cores idle right now (``idle``, measured when
+    not given) shared out, at most this machine's share per process. Threads beyond the idle cores
+    wait on each other: on this project's 2-core VM the lenet-digits baseline with both threads
+    beside one busy process ran 46× slower than with one (benchmarks/threads.py)."""
+    given = environ.get("OMP_NUM_THREADS", "").strip()
+    if given.isdigit() and int(given) > 0:
+        return int(given), "OMP_NUM_THREADS"
+    share = threads_per_process(processes)
+    idle = idle_cores() if idle is None else idle
+    if idle is None:
+        return share, f"{os.cpu_count() or 1} cores shared by {processes} process(es)"
+    cores, free = os.cpu_count() or 1, int(idle + 0.5)
+    busy = max(0, cores - free)
+    why = (f"{busy} of {cores} cores busy with other work at the start" if busy else
+           f"{cores} idle cores shared by {processes} process(es)")
+    return min(share, max(1, free // max(1, processes))), why + "; OMP_NUM_THREADS sets it"
 
 
 def huge_pages_for_tensors(environ: MutableMapping[str, str] = os.environ,

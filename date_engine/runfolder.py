@@ -242,6 +242,12 @@ class RunFolder:
         self.config_path.write_text(config_json)
         return self.config_path
 
+    def read_threads(self) -> int | None:
+        """The threads per process an earlier attempt of this run chose (config.json), or None."""
+        data = _json(self.config_path)
+        threads = data.get("threads") if isinstance(data, dict) else None
+        return threads if isinstance(threads, int) and threads > 0 else None
+
     def read_plan(self) -> RunPlan | None:
         data = _json(self.plan_path)
         try:

@@ -55,3 +55,37 @@ def test_a_training_process_asks_before_torch_loads():
     out = subprocess.run([sys.executable, "-c", probe], env={**env, HUGE_PAGES_SWITCH: "0"},
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ["0", "False"]
+
+
+def test_threads_follow_the_idle_cores_and_a_users_setting(monkeypatch):
+    """Threads beyond the cores idle at the start wait on each other (46× slower beside one busy
+    process on 2 cores): a process takes the idle cores' share, at most the machine's share, at
+    least one; a user's OMP_NUM_THREADS is kept as given."""
+    from date_engine.machine import choose_threads
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert choose_threads(1, {}, idle=8.0) == (8, "8 idle cores shared by 1 process(es); "
+                                                   "OMP_NUM_THREADS sets it")
+    assert choose_threads(2, {}, idle=8.0)[0] == 4
+    threads, why = choose_threads(1, {}, idle=2.6)
+    assert threads == 3 and why.startswith("5 of 8 cores busy with other work at the start")
+    assert choose_threads(4, {}, idle=2.6)[0] == 1 and choose_threads(1, {}, idle=0.0)[0] == 1
+    assert choose_threads(1, {"OMP_NUM_THREADS": "6"}, idle=0.0) == (6, "OMP_NUM_THREADS")
+    assert choose_threads(2, {"OMP_NUM_THREADS": "x"}, idle=8.0)[0] == 4  # not a number: ignored
+
+
+def test_idle_cores_are_read_from_the_kernels_counters(tmp_path, monkeypatch):
+    from date_engine.machine import idle_cores
+
+    stat = tmp_path / "stat"
+    counts = iter([(100, 0, 100, 800, 0), (200, 0, 200, 900, 100)])  # 400 ticks, 200 idle
+
+    def write(*_):
+        stat.write_text("cpu  " + " ".join(map(str, next(counts))) + " 0 0 0\ncpu0 1 2 3 4\n")
+
+    write()
+    monkeypatch.setattr("time.sleep", write)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert idle_cores(0.0, stat) == 1.0
+    monkeypatch.setattr("time.sleep", lambda _: None)
+    assert idle_cores(0.0, tmp_path / "absent") is None

@@ -46,6 +46,11 @@ class RunConfig:
     """How the user started the run, for the messages that tell how to resume it."""
     print_json: bool = False
     """Print the run's plan and summary as JSON on stdout; everything else goes to stderr."""
+    threads: int = 0
+    """The intra-op threads each process runs with (0: torch's default), chosen at launch: a
+    user's OMP_NUM_THREADS, else the cores idle when the run starts (machine.choose_threads),
+    and on resume the run's own, so that it goes on bit for bit."""
+    threads_why: str = ""
     brief: bool = False
     """Say in one line what is trained instead of showing the plan, and end without the summary
     table and curves.png: for a run that is part of another command (``date probe``)."""

@@ -11,7 +11,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from date_engine.machine import threads_per_process
+from date_engine.machine import choose_threads, threads_per_process
 from date_engine.runfolder import RunFolder
 from date_engine.train.config import RunConfig
 from date_engine.train.runtime import die_with_parent, job_environment
@@ -65,8 +65,17 @@ def _run(config: RunConfig, options: LaunchOptions) -> int:
     if job_environment().launcher != "none":  # a process of a job torchrun or srun started
         die_with_parent()
         return trainer.run(config)
+    threads, why = choose_threads(options.nproc)
+    kept = RunFolder(config.output_dir).read_threads() if config.resume else None
+    if kept and why != "OMP_NUM_THREADS":
+        threads, why = kept, "as this run began: it resumes bit for bit"
+    config = dataclasses.replace(config, threads=threads, threads_why=why)
     if not options.needs_agent:
+        import torch
+
+        torch.set_num_threads(threads)
         return trainer.run(config)
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     return _elastic(config, options)
 
 

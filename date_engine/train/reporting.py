@@ -33,14 +33,16 @@ class RunLogger:
                  start: int, resumed: bool, log_every: int,
                  samples_through: Callable[[int], int], dataset_size: int,
                  batch_at: Callable[[int], int] | None = None,
-                 window: tuple[float, int] = (0.0, 0), time_before: float = 0.0) -> None:
+                 window: tuple[float, int] = (0.0, 0), time_before: float = 0.0,
+                 expect_until: int | None = None) -> None:
         self.rt, self.total_steps, self.log_every = rt, total_steps, log_every
         self.samples_through, self.dataset_size = samples_through, dataset_size
         self.batch_at = batch_at
         """The batch of a step, recorded in metrics.jsonl (a ramp's); None: not recorded."""
         self.metrics = MetricsLog(folder, resume_step=start if (start or resumed) else None) \
             if rt.is_main else None
-        self.view = ProgressView(console, total_steps, start) if rt.is_main else None
+        self.view = ProgressView(console, total_steps, start, expect_until) if rt.is_main \
+            else None
         self._loss_sum = torch.tensor(window[0], device=rt.device)
         self._window_steps, self._window_start = window[1], time.perf_counter()
         # training time (evaluations left out) of earlier attempts, and this attempt's clock

@@ -248,7 +248,8 @@ class Trainer:
             resumed=point.resumed, log_every=train.log_every, dataset_size=self.plan.dataset_size,
             samples_through=lambda s: self.steps_plan.samples_through(s),  # moves change the plan
             batch_at=(lambda s: self.steps_plan.split_at(s).batch) if self.plan.ramp else None,
-            window=point.window, time_before=point.train_seconds)
+            window=point.window, time_before=point.train_seconds,
+            expect_until=self._stop_at() if self.config.brief else None)  # date probe's
         # a dry run writes (and reads back) the one checkpoint at its end: a model that does not
         # fit one step's checkpoint in memory or on disk fails there as the run would
         policy = ckpt.CheckpointPolicy(planned.dry_steps or train.checkpoint_every,

@@ -22,9 +22,12 @@ class ProgressView:
     """A rich progress bar on a terminal (step, epoch, loss, lr, samples/s, ETA); elsewhere (logs,
     CI) one plain line per logged step."""
 
-    def __init__(self, console: Console, total_steps: int, start_step: int) -> None:
+    def __init__(self, console: Console, total_steps: int, start_step: int,
+                 expect_until: int | None = None) -> None:
         self.console = console
         self.live = console.is_terminal
+        self.expect_until = expect_until
+        """Say once, at the first logged step, how long the steps up to this one should take."""
         self.fields: dict[str, float | None] = {"epoch": 0.0, "loss": None, "lr": 0.0, "rate": None}
         if self.live:
             self.progress = Progress(
@@ -57,6 +60,14 @@ class ProgressView:
 
     def logged(self, record: dict[str, Any]) -> None:
         self.step(record["step"], loss=record["loss"], rate=record["samples_per_s"])
+        until, step = self.expect_until, record["step"]
+        if until is not None and until > step and record["time_s"] > 0:
+            from date_engine.view.timing import seconds
+
+            left = record["time_s"] / step * (until - step)
+            self.console.print(f"expected: about {seconds(left)} more for the {until:,} steps, "
+                               f"at the speed of the first {step:,}", highlight=False)
+            self.expect_until = None
         if not self.live:
             self.console.print(
                 f"step {record['step']}  epoch {record['epoch']:.2f}  loss {record['loss']:.4g}  "
@@ -113,6 +124,8 @@ def run_notes(config, recipe: str, planned: RunPlan, steps_plan: RunPlan, stop_a
         lines.append(render_plan(plan, planned.split, f"date scale {config.spec_path} — recipe "
                                  f"{recipe}", chart_width=min(width - 14, 72),
                                  sharding=planned.sharding(parameters)))
+    if config.threads and not config.brief:
+        lines.append(Text(f"threads: {config.threads} per process ({config.threads_why})"))
     if data_note:
         lines.append(note_line(data_note))
     if noise is None and config.measure_noise and not config.dry_run and not plan.ramp \
