@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from date_engine.plan import Plan
     from date_engine.recipes import Recipe
 
-__all__ = ["baseline", "forecast_times", "optimizer_for", "plan_for", "scheduler_for",
-           "spec_with"]
+__all__ = ["baseline", "forecast_times", "memory_fit", "optimizer_for", "plan_for",
+           "scheduler_for", "spec_with"]
 
 
 def baseline(*, batch_size: int, lr: float, warmup_epochs: float = 0.0,
@@ -129,6 +129,18 @@ def scheduler_for(optimizer: torch.optim.Optimizer, run: RunPlan | Plan
     from date_engine.schedule import plan_scheduler
 
     return plan_scheduler(optimizer, _plan(run))
+
+
+def memory_fit(run: RunPlan, bench_path: Path | None, device_memory: str) -> Any:
+    """``date plan --device-memory``: the largest micro-batch of ``run``'s split whose pass fits
+    a device of ``device_memory`` ("80GiB"), from the peaks bench.json measured
+    (:class:`~date_engine.timing.MemoryFit`)."""
+    from date_engine.timing import Bench, fit_memory, parse_memory
+
+    if bench_path is None:
+        raise PlanError("--device-memory needs --bench bench.json (from date bench on that "
+                        "device): the memory of a pass is measured there.")
+    return fit_memory(Bench.read(bench_path), run, parse_memory(device_memory))
 
 
 def forecast_times(spec: Spec, run: RunPlan, bench_path: Path, link: Any = None,

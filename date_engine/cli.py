@@ -104,14 +104,14 @@ def plan_command(
     parallel: o.ParallelOpt = None, as_json: o.PlanJsonOpt = False, plot: o.PlotOpt = None,
     compare: o.CompareOpt = False, devices: o.DevicesOpt = None, bench: o.BenchOpt = None,
     baseline_devices: o.BaselineDevicesOpt = None, link: o.LinkOpt = None,
-    emit: o.EmitOpt = None,
+    emit: o.EmitOpt = None, device_memory: o.DeviceMemoryOpt = None,
 ) -> None:
     """Show every number DATE derives for BATCH, with its formula, before any training: by
     default the optimizer family's rule (k^p·η0 and the optimizer's batch-dependent settings);
     --set date.rule=paper for the paper's √k·η0. With --devices, the split over them; with
     --bench too, the time of a step, of the run and of the baseline, and the speedup. --emit
     prints the settings for Hugging Face's Trainer, Lightning or accelerate instead."""
-    from date_engine.api import forecast_times, plan_for
+    from date_engine.api import forecast_times, memory_fit, plan_for
     from date_engine.recipes import spec_recipe
     from date_engine.sweep.schemes import SCHEMES, scheme_spec
     from date_engine.timing import parse_link
@@ -143,11 +143,12 @@ def plan_command(
             save_lr_plot(plot, [(scheme_name(planned.plan), planned.plan), *others.items()])
         times = bench and forecast_times(spec, planned, bench, link and parse_link(link),
                                          baseline_devices, recipe, micro_batch)
+        memory = device_memory and memory_fit(planned, bench, device_memory)
         parameters = recipe.parameter_count(recipe.parse_options(spec.model)) \
             if spec.train.parallel == "fsdp" and recipe is not None else None
         if as_json:
-            print(json.dumps(plan_document(planned, parameters, others, times, spec.date.budget),
-                             indent=2))
+            print(json.dumps(plan_document(planned, parameters, others, times, spec.date.budget,
+                                           memory), indent=2))
         else:
             from date_engine.view.plan import print_plan
 
@@ -157,7 +158,7 @@ def plan_command(
             if times:
                 from date_engine.view.timing import render_time
 
-                console.print(render_time(times[spec.date.budget], times))
+                console.print(render_time(times[spec.date.budget], times, memory))
             elif devices is not None:
                 console.print("For the time on these devices add --bench bench.json (from date "
                               "bench SPEC on your hardware).", markup=False, soft_wrap=True)

@@ -183,6 +183,9 @@ DevicesOpt = Annotated[Optional[int], opt(
 BenchOpt = Annotated[Optional[Path], path_opt(
     "--bench", help="bench.json from date bench on your hardware: the step times the forecast is "
     "built from.")]
+DeviceMemoryOpt = Annotated[Optional[str], opt(
+    "--device-memory", metavar="SIZE", help="Memory of one device (80GiB, 40GB): with --bench, the "
+    "largest micro-batch whose pass fits it, and the accumulation it implies.")]
 BaselineDevicesOpt = Annotated[Optional[int], opt(
     "--baseline-devices", min=1, help="Devices the baseline runs on, for the speedup (default: "
     "its batch ÷ the micro-batch).")]

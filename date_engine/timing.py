@@ -55,8 +55,9 @@ from date_engine.files import read_small_text
 if TYPE_CHECKING:
     from date_engine.runplan import BatchSplit, RunPlan
 
-__all__ = ["FORMAT", "Bench", "Link", "StepTime", "TimeForecast", "allreduce_seconds",
-           "fit_line", "forecast", "gather_seconds", "parse_link", "step_time"]
+__all__ = ["FORMAT", "Bench", "Link", "MemoryFit", "StepTime", "TimeForecast", "allreduce_seconds",
+           "fit_line", "fit_memory", "forecast", "gather_seconds", "parse_link", "parse_memory",
+           "step_time"]
 
 FORMAT = 1
 
@@ -105,6 +106,16 @@ class Bench:
     """(micro-batch, seconds) a synchronised pass at P processes took beyond its compute and the
     modelled all-reduce (waiting for the slower process, the collectives' host costs): the run's
     pass (DDP, then the step's all-reduce of flags) timed beside the plain one."""
+    memory_points: tuple[tuple[int, float], ...] = ()
+    """(micro-batch, peak bytes) of a forward and backward pass, the model, its gradients and the
+    optimizer's state in memory: the CUDA allocator's peak, or on a CPU the process's peak
+    resident memory (empty in a bench.json written before 0.9)."""
+    model_bytes: int = 0
+    """The parameters' bytes (the gradients hold as many)."""
+    state_bytes: int = 0
+    """The optimizer's state: moments, DATE's per-layer buffers."""
+    memory_source: str = ""
+    """What ``memory_points`` measured: ``cuda allocator`` or ``cpu resident``."""
 
     def check(self, path: Path, recipe: str | None, devices: int, link: Link | None) -> None:
         """Refuse, in one sentence, to forecast ``recipe`` on ``devices`` from this bench: one of
@@ -133,6 +144,17 @@ class Bench:
         first, last = min(self.wait_points), max(self.wait_points)
         return _between(self.wait_points, micro,
                         lambda: first[1] if micro < first[0] else last[1])
+
+    def memory_bytes(self, micro: int, devices: int = 1, sharded: bool = False) -> float:
+        """A process's peak bytes at ``micro`` samples per pass: between two measured sizes the
+        line through them, beyond them the line fitted to all; under fsdp on ``devices`` the
+        parameters, gradients and optimizer state divided among them (the activations not)."""
+        a, c = fit_line([(float(m), b) for m, b in self.memory_points])
+        peak = _between(self.memory_points, micro, lambda: a + c * micro)
+        if sharded and devices > 1:
+            held = 2 * self.model_bytes + self.state_bytes
+            peak -= held * (1 - 1 / devices)
+        return peak
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -164,14 +186,17 @@ class Bench:
         except (TypeError, KeyError, AttributeError) as exc:
             raise DateError(f"{path}: a field is missing or unknown ({exc}); run date bench "
                             "again.") from None
-        points = (*bench.compute_points, *bench.allreduce_points, *bench.wait_points)
+        points = (*bench.compute_points, *bench.allreduce_points, *bench.wait_points,
+                  *bench.memory_points)
         if not all(len(point) == 2 for point in points):
             raise DateError(f"{path}: every measured point must be a pair (size, seconds); run "
                             "date bench again.")
         numbers = (bench.compute_fixed, bench.compute_per_sample, bench.optimizer_seconds,
-                   bench.link.alpha, bench.link.beta, *(x for point in points for x in point))
+                   bench.link.alpha, bench.link.beta, bench.model_bytes, bench.state_bytes,
+                   *(x for point in points for x in point))
         seconds = (bench.compute_fixed, bench.compute_per_sample, bench.optimizer_seconds,
-                   bench.link.alpha, *(s for _, s in points))
+                   bench.link.alpha, *(s for _, s in points[:len(points)
+                                                              - len(bench.memory_points)]))
         if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
                    and x >= 0 for x in numbers) or bench.link.beta <= 0 \
                 or max(seconds) > MAX_SECONDS:
@@ -248,6 +273,61 @@ def link_from_points(points: list[tuple[int, float]], processes: int) -> Link:
 
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _TIMES = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """``date plan --device-memory``: the largest micro-batch whose pass fits a device."""
+
+    device_bytes: float
+    micro_batch: int | None
+    """None: not even one sample per pass fits."""
+    accumulation_steps: int | None
+    need_bytes: float
+    """A process's peak at ``micro_batch`` (at 1 sample where nothing fits)."""
+    held_bytes: float
+    """Of it: the parameters, gradients and optimizer state a process holds (÷ N under fsdp)."""
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def fit_memory(bench: Bench, planned: RunPlan, device_bytes: float) -> MemoryFit:
+    """The largest of the halvings of a device's share of the batch (what ``train.micro_batch:
+    auto`` tries) whose pass fits ``device_bytes``, from the bench's measured peaks."""
+    from date_engine.runplan import halvings
+
+    split = planned.split
+    if not bench.memory_points:
+        raise DateError("--device-memory: this bench.json measured no memory (written before "
+                        "0.9); run date bench again.")
+    share, n = split.batch // split.world_size, split.world_size
+    held = (2 * bench.model_bytes + bench.state_bytes) / (n if split.sharded else 1)
+    for micro in halvings(share):
+        need = bench.memory_bytes(micro, n, split.sharded)
+        if need <= device_bytes:
+            return MemoryFit(device_bytes, micro, share // micro, need, held,
+                             bench.memory_source)
+    return MemoryFit(device_bytes, None, None, bench.memory_bytes(1, n, split.sharded), held,
+                     bench.memory_source)
+
+
+_BYTES = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10,
+          "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_memory(text: str) -> float:
+    """``--device-memory 80GiB``: bytes (B, kB, MB, GB, TB; KiB, MiB, GiB, TiB)."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else None
+    if unit not in _BYTES:
+        raise DateError(f"--device-memory: {text!r} is not a size; write e.g. 80GiB or 40GB.")
+    value = float(match.group(1)) * _BYTES[unit]
+    if not 0 < value <= 2**50:
+        raise DateError(f"--device-memory: {text!r} is beyond any device (above 0, at most "
+                        "1 PiB).")
+    return value
 
 
 MAX_SECONDS = 86_400.0

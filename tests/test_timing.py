@@ -319,6 +319,11 @@ def test_date_bench_writes_what_the_plan_forecasts_from(tmp_path):
     # the synchronised pass, timed at 2 processes at every size
     assert [m for m, _ in bench.wait_points] == [16, 64]
     assert all(0 <= w < 1 for _, w in bench.wait_points)
+    # memory: a pass's peak at every size, the model's bytes and the optimizer's state (RMSprop
+    # keeps one buffer a parameter; DATE adds its per-layer ones)
+    assert [m for m, _ in bench.memory_points] == [16, 64] and bench.memory_source == "cpu resident"
+    assert all(b > bench.model_bytes for _, b in bench.memory_points)
+    assert bench.model_bytes == bench.gradient_bytes and bench.state_bytes >= bench.model_bytes
     planned = date("plan", "lenet-digits", "--batch", 256, "--devices", 4, "--bench",
                    tmp_path / "bench" / "bench.json", "--json")
     assert planned.returncode == 0, planned.stderr
@@ -334,3 +339,60 @@ def test_date_bench_refuses_bad_input_in_one_sentence_before_it_starts(args, wor
     result = runner.invoke(app, ["bench", "lenet-digits", *args, "-o", str(tmp_path / "b")])
     assert result.exit_code == 2 and words in result.output, result.output
     assert "Traceback" not in result.output and not (tmp_path / "b" / "bench.json").exists()
+
+
+GiB = 2**30
+
+
+def _memory_bench(**changes) -> Bench:
+    """A pass's peak: 1 GiB of the process plus 10 MiB a sample; the model 256 MiB (gradients as
+    many), the optimizer's state 512 MiB: 1 GiB held of the 1 GiB fixed."""
+    return _bench(memory_points=((16, GiB + 16 * 10 * 2**20), (64, GiB + 64 * 10 * 2**20)),
+                  model_bytes=256 * 2**20, state_bytes=512 * 2**20,
+                  memory_source="cuda allocator", **changes)
+
+
+def test_the_largest_micro_batch_that_fits_a_device():
+    """--device-memory: the largest of the share's halvings whose measured peak fits, and its
+    accumulation; under fsdp the model, gradients and state divided over N; nothing fitting is
+    said, not guessed."""
+    from date_engine.timing import fit_memory, parse_memory
+
+    bench = _memory_bench()
+    assert bench.memory_bytes(32) == pytest.approx(GiB + 320 * 2**20)  # between: measured line
+    assert bench.memory_bytes(256) == pytest.approx(GiB + 2560 * 2**20)  # beyond: the fit
+    spec = _digits()
+    run = resolve_plan(spec, 512, 2, None)  # 256 a device
+    fit = fit_memory(bench, run, parse_memory("2GiB"))  # 1 GiB left: 102 samples
+    assert (fit.micro_batch, fit.accumulation_steps) == (64, 4)
+    assert fit.need_bytes == pytest.approx(GiB + 640 * 2**20)
+    spec = spec.model_copy(update={"train": spec.train.model_copy(update={"parallel": "fsdp"})})
+    sharded = resolve_plan(spec, 512, 2, None)
+    fit = fit_memory(bench, sharded, parse_memory("2GiB"))  # half of 1 GiB held: 153 samples
+    assert (fit.micro_batch, fit.accumulation_steps) == (128, 2)
+    none = fit_memory(bench, run, parse_memory("1GB"))
+    assert none.micro_batch is None and none.need_bytes > 1e9
+    assert parse_memory("80GiB") == 80 * GiB and parse_memory("40 GB") == 40e9
+    for bad in ("eighty", "80 parsecs", "0GiB", "1e400GB"):
+        with pytest.raises(DateError, match="--device-memory"):
+            parse_memory(bad)
+    with pytest.raises(DateError, match="measured no memory"):
+        fit_memory(_bench(), run, GiB)
+
+
+def test_date_plan_names_the_micro_batch_that_fits(tmp_path):
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(_memory_bench().to_dict()))
+    args = ["plan", str(ROOT / "recipes/lenet-digits.yaml"), "--batch", "512", "--devices", "2",
+            "--bench", str(path)]
+    fits = CliRunner().invoke(app, [*args, "--device-memory", "2GiB"], env={"COLUMNS": "200"})
+    assert fits.exit_code == 0, fits.output
+    assert "Memory: micro-batch 64 fits 2 GiB" in " ".join(fits.output.split())
+    assert "--micro-batch 64" in fits.output
+    document = json.loads(CliRunner().invoke(app, [*args, "--device-memory", "2GiB",
+                                                   "--json"]).output)
+    assert document["memory"]["micro_batch"] == 64
+    none = CliRunner().invoke(app, [*args, "--device-memory", "1GB"], env={"COLUMNS": "200"})
+    assert none.exit_code == 0 and "not even one sample per pass fits" in none.output
+    alone = CliRunner().invoke(app, args[:-2] + ["--device-memory", "2GiB"])
+    assert alone.exit_code == 2 and "--device-memory needs --bench" in alone.output

@@ -136,6 +136,10 @@ def measure(config: dict) -> Bench | None:
         timed = dict(zip(keys, mine[:-1].tolist()))
         step = float(mine[-1])
         points = [(m, timed["plain", m]) for m in config["micro_batches"]]
+        # the peak of a pass at each size, smallest first, with the gradients and the optimizer's
+        # state (made by the timed steps) in memory
+        peaks = [(m, *rt.peak_memory(passes["plain", m])) for m in sorted(config["micro_batches"])]
+        state_bytes = _state_bytes(optimizer)
 
         parameters = sum(p.numel() for p in model.parameters())
         gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
@@ -164,7 +168,9 @@ def measure(config: dict) -> Bench | None:
         bench = Bench(recipe.name, describe(), torch.__version__, rt.device.type,
                       rt.backend or "none", rt.world_size, torch.get_num_threads(), parameters,
                       gradient_bytes, a, c, step, link, tuple(points), tuple(reduced),
-                      tuple(notes))
+                      tuple(notes), memory_points=tuple((m, float(b)) for m, b, _ in peaks),
+                      model_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
+                      state_bytes=state_bytes, memory_source=peaks[0][2])
         if measured is None:
             return bench
         # what a synchronised pass took beyond its compute and the modelled all-reduce: the
@@ -174,6 +180,22 @@ def measure(config: dict) -> Bench | None:
         return replace(bench, wait_points=waits)
     finally:
         teardown(rt)
+
+
+def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """The bytes an optimizer keeps between steps: its state (and a DATE's base's) and scratch."""
+    seen, total = set(), 0
+    for opt in (optimizer, getattr(optimizer, "base", None)):
+        for state in (opt.state.values() if opt is not None else ()):
+            for value in state.values():
+                if torch.is_tensor(value) and value.dim() > 0 and id(value) not in seen:
+                    seen.add(id(value))
+                    total += value.numel() * value.element_size()
+    for value in getattr(optimizer, "_scratch", {}).values():
+        if torch.is_tensor(value) and id(value) not in seen:
+            seen.add(id(value))
+            total += value.numel() * value.element_size()
+    return total
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ the job that launched it — torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` o
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import itertools
@@ -16,8 +17,10 @@ import os
 import re
 import signal
 from collections import Counter
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -84,6 +87,28 @@ class Runtime:
         next allocates as a fresh process would."""
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+    def peak_memory(self, work: Callable[[], object]) -> tuple[int, str]:
+        """(the peak bytes while ``work`` runs, what measured them): the CUDA allocator's peak
+        (the CUDA context not counted), or on the CPU the process's peak resident memory, its
+        high-water mark reset first where Linux allows (else the peak since the process began:
+        measure sizes in ascending order)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            work()
+            torch.cuda.synchronize(self.device)
+            return torch.cuda.max_memory_allocated(self.device), "cuda allocator"
+        with contextlib.suppress(OSError):
+            Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+        work()
+        try:
+            status = Path("/proc/self/status").read_text()
+            return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) * 1024, "cpu resident"
+        except (OSError, AttributeError):
+            import resource
+
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu resident"
 
     def shard(self, model: torch.nn.Module, units: list[torch.nn.Module]) -> torch.nn.Module:
         """Under fsdp in a job: shard ``model`` in place with FSDP2, each of ``units`` as one unit

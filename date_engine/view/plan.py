@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
@@ -375,10 +376,13 @@ def _lr(value: float) -> str:
 
 
 def plan_document(planned: RunPlan, parameters: int | None, others: dict[str, Plan],
-                  times: dict | None, budget: str) -> dict:
+                  times: dict | None, budget: str, memory: Any = None) -> dict:
     """What ``date plan --json`` prints: the run's plan; with ``others``, the compared plans;
-    with ``times``, the forecast of the spec's ``budget`` and of every budget."""
+    with ``times``, the forecast of the spec's ``budget`` and of every budget; with ``memory``,
+    the micro-batch that fits a device (:class:`~date_engine.timing.MemoryFit`)."""
     document = planned.document(parameters)
+    if memory:
+        document["memory"] = memory.to_dict()
     if others:
         document["compare"] = {name: p.to_dict() for name, p in others.items()}
     if times:

@@ -8,7 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from date_engine.timing import Bench, Link, TimeForecast
+from date_engine.timing import Bench, Link, MemoryFit, TimeForecast
 from date_engine.view.console import bytes_text
 
 __all__ = ["describe_link", "render_bench", "render_time", "seconds"]
@@ -65,8 +65,27 @@ def render_bench(bench: Bench, path: Path) -> RenderableType:
     return Group(*lines)
 
 
-def render_time(forecast: TimeForecast, budgets: dict[str, TimeForecast]) -> RenderableType:
-    """The forecast table: one step, the whole run per budget, the baseline, the speedup."""
+def memory_line(fit: MemoryFit) -> Text:
+    """``--device-memory``'s answer in one sentence: the micro-batch that fits, or that none
+    does."""
+    where = ("the CUDA allocator's peak; the CUDA context comes on top"
+             if fit.source == "cuda allocator" else "the process's peak resident memory")
+    if fit.micro_batch is None:
+        return Text(f"Memory: not even one sample per pass fits {bytes_text(fit.device_bytes)} "
+                    f"(a pass of 1 needs about {bytes_text(fit.need_bytes)}, "
+                    f"{bytes_text(fit.held_bytes)} of it the model, its gradients and the "
+                    "optimizer's state); shard with --parallel fsdp or take devices with more "
+                    "memory.", style="yellow")
+    return Text(f"Memory: micro-batch {fit.micro_batch} fits {bytes_text(fit.device_bytes)} "
+                f"(about {bytes_text(fit.need_bytes)} a device at its peak, {where}), with "
+                f"{fit.accumulation_steps} accumulation step"
+                f"{'s' if fit.accumulation_steps != 1 else ''}: --micro-batch {fit.micro_batch}.")
+
+
+def render_time(forecast: TimeForecast, budgets: dict[str, TimeForecast],
+                memory: MemoryFit | None = None) -> RenderableType:
+    """The forecast table: one step, the whole run per budget, the baseline, the speedup; with
+    ``memory``, the micro-batch that fits a device."""
     step = forecast.step
     table = Table(title=f"Time on {forecast.devices} device{'s' if forecast.devices != 1 else ''}"
                         " (a forecast)", title_justify="left")
@@ -98,5 +117,5 @@ def render_time(forecast: TimeForecast, budgets: dict[str, TimeForecast]) -> Ren
     return Group(table, Text(
         f"Link: {describe_link(forecast.link)}. Left out: evaluations and checkpoints, and "
         "stragglers beyond what the bench's processes waited for; compute and that wait are the "
-        "bench's machine's.", style="dim"))
+        "bench's machine's.", style="dim"), *([memory_line(memory)] if memory else []))
 
