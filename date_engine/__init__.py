@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.8.0"
+__version__ = "0.9.0"
 
 # name -> module, imported on first access: `date +%s` (handed to the system's date) and `date
 # plan` (no torch) pay only for what they use

@@ -347,9 +347,10 @@ class _Ledger:
         return value
 
 
-RULES_VERSION = 2
+RULES_VERSION = 3
 """Raised whenever a default rule changes what a spec derives (2: the adaptive family takes √k
-unless a probe's LR check finds room for k^0.75)."""
+unless a probe's LR check finds room for k^0.75; 3: the LR stops growing at the noise scale of a
+probe whose LR check finds the baseline steps-limited)."""
 
 _NAMED_EXPONENTS = {"sqrt": 0.5, "linear": 1.0, "none": 0.0}
 _NAMED_REASONS = {"sqrt": "sqrt scaling (the paper)", "linear": "linear scaling (Goyal et al.)",
@@ -372,12 +373,16 @@ def _peak_lr(d: _Ledger, spec: Spec, k: float, curve: NoiseCurve | None
             p, reason, note = _probed(rule, curve)
         why = f"{spec.baseline.optimizer.family} family: {reason}"
         b0 = spec.baseline.batch_size
-        if date.lr_cap == "noise" and curve is not None and k * b0 > (cap := curve(curve.last)):
+        adaptive = rule.probed_exponent is not None
+        if _capped(date.lr_cap, curve, adaptive) and k * b0 > (cap := curve(curve.last)):
             kc = max(cap / b0, 1.0)
             peak = d("η", "peak_lr", kc**p * eta0, f"(max(B_cap, B0) / B0)^{p:g} · η0",
                      f"({max(cap, b0):.5g} / {b0})^{p:g} · {eta0:.5g}",
-                     f"{why}; capped at the probe's noise scale B_cap (date.lr_cap: noise)")
-            return scaling, p, peak, note
+                     f"{why}; capped at the probe's noise scale B_cap (date.lr_cap: "
+                     f"{date.lr_cap})")
+            note += (f" The LR stops growing at the probe's noise scale, batch {cap:,.0f} "
+                     "(date.lr_cap).")
+            return scaling, p, peak, note.strip()
         peak = d("η", "peak_lr", k**p * eta0, f"k^{p:g} · η0", f"{fmt(k)}^{p:g} · {eta0:.5g}",
                  why)
         return scaling, p, peak, note
@@ -387,6 +392,15 @@ def _peak_lr(d: _Ledger, spec: Spec, k: float, curve: NoiseCurve | None
                        "none": ("η0", f"{eta0:.5g}")}[scaling]
     value = {"sqrt": math.sqrt(k) * eta0, "linear": k * eta0, "none": eta0}[scaling]
     return scaling, p, d("η", "peak_lr", value, formula, inputs, _NAMED_REASONS[scaling]), ""
+
+
+def _capped(lr_cap: str, curve: NoiseCurve | None, adaptive: bool) -> bool:
+    """Whether the LR stops at the probe's noise scale: with ``noise`` wherever there is a
+    probe; with ``auto`` where it was measured, the adaptive family with a probe whose LR check
+    found the baseline steps-limited."""
+    if curve is None or lr_cap == "none":
+        return False
+    return lr_cap == "noise" or (adaptive and curve.lr_checked and curve.steps_limited)
 
 
 def _probed(rule: BatchRule, curve: NoiseCurve | None) -> tuple[float, str, str]:

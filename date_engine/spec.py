@@ -276,10 +276,12 @@ class DateSpec(_Section):
     """budget ramp: ρ — a rung B_j is reached once the noise scale is B_j / ρ (1: the batch
     never passes the noise scale, each stretch costs at most 2× its fewest samples; 2: up to
     twice it, at most 3× the samples, fewer steps; docs/noise.md)."""
-    lr_cap: Literal["none", "noise"] = "none"
-    """rule date, with a probe: ``noise`` lets the LR grow with the batch only up to the noise
-    scale the probe measured, η = η0·(min(B, B_cap)/B0)^p (B_cap: its fit at the end of its
-    measurements). Under trial, not adopted: docs/results.md, "A cap at the noise scale"."""
+    lr_cap: Literal["auto", "noise", "none"] = "auto"
+    """rule date, with a probe: the LR grows with the batch only up to the noise scale the probe
+    measured, η = η0·(min(B, B_cap)/B0)^p (B_cap: its fit at the end of its measurements).
+    ``auto`` caps where it was measured, the adaptive family with a probe whose LR check finds
+    the baseline steps-limited (docs/results.md, "A cap at the noise scale"); ``noise`` with any
+    probe; ``none`` never."""
     probe: PathText | None = None
     """probe.json written by ``date probe`` for this baseline (a path from the directory date
     runs in): the plan then forecasts what holding accuracy costs at the target batch."""

@@ -268,11 +268,15 @@ def test_the_forecast_says_what_the_lr_check_found(stored_probe):
     assert not any(name in out for name in STUDY_NAMES if name != "bert-mlm")
     ramp = " ".join(plan(*bert, "--budget", "ramp").output.split())
     assert "warning: the LR check read this baseline steps-limited" in ramp
-    # √k = √8 = 2.83 here: the steps-limited exponent; and not once the LR is kept
-    assert "yet this plan raises it 2.83×; --set date.scaling=none keeps the baseline's LR" \
-        in words
+    # the steps-limited exponent √k, flat past the probe's noise scale B_cap (< 8 · 32 here);
+    # and not once the LR is kept
     rows = json.loads(plan(*bert, "--json").output)
-    assert rows["lr_exponent"] == 0.5 and rows["peak_lr"] == pytest.approx(8 ** 0.5 * 1e-3)
+    assert rows["lr_exponent"] == 0.5 and 1e-3 < rows["peak_lr"] < 8 ** 0.5 * 1e-3
+    assert (f"yet this plan raises it {rows['peak_lr'] / 1e-3:.3g}×; --set date.scaling=none "
+            "keeps the baseline's LR") in words
+    assert "The LR stops growing at the probe's noise scale" in rows["lr_note"]
+    uncapped = json.loads(plan(*bert, "--set", "date.lr_cap=none", "--json").output)
+    assert uncapped["peak_lr"] == pytest.approx(8 ** 0.5 * 1e-3)
     unchecked = json.loads(plan(*bert[:3], "--json").output)  # no probe: √k too, and it says why
     assert unchecked["peak_lr"] == pytest.approx(8 ** 0.5 * 1e-3)
     assert "raises it to 0.75: date probe SPEC" in unchecked["lr_note"]

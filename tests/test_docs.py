@@ -484,3 +484,14 @@ def test_the_noise_scale_caps_decision_is_what_its_cells_give():
     text = (ROOT / "docs" / "results.md").read_text()
     assert ("By the criterion: adopted." in text) == adopt
     assert ("not adopted; the plan keeps no cap" in text) == (not adopt)
+    # the second criterion, on baselines whose check passes: no cell below by more than the spread
+    from benchmarks.results_tables import CAP_WHERE_ROOM, cap_where_room_decision
+
+    room = cap_cells(CAP_WHERE_ROOM)
+    extend = all((d1 - d0) >= -spread for *_, d0, d1, spread in room)
+    assert len(room) == 4 and cap_where_room_decision() == extend
+    assert ("Where the check passes: capped there too" in text) == extend
+    # the default the code ships is the one the two decisions give
+    from date_engine.spec import DateSpec
+
+    assert DateSpec().lr_cap == ("noise" if extend else "auto" if adopt else "none")

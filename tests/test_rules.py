@@ -142,8 +142,8 @@ def test_only_a_probe_whose_lr_check_found_room_raises_the_adaptive_family_to_k0
     unchecked = NoiseCurve(a=500.0, beta=0.0, first=0.1, last=1.0)
     room = NoiseCurve(**{**unchecked.__dict__, "lr_checked": True})
     limited = NoiseCurve(**{**room.__dict__, "steps_limited": True})
-    plans = {c: derive_plan(_spec(optimizer), 3200, noise_curve=c)
-             for c in (None, unchecked, room, limited)}
+    plans = {c: derive_plan(_spec(optimizer, lr_cap="none"), 3200, noise_curve=c)
+             for c in (None, unchecked, room, limited)}  # the cap apart: tested below
     adaptive = name in ADAPTIVE
     want = {None: p, unchecked: p, room: 0.75 if adaptive else p, limited: p}
     for curve, plan in plans.items():
@@ -164,15 +164,41 @@ def test_only_a_probe_whose_lr_check_found_room_raises_the_adaptive_family_to_k0
     assert derive_plan(_spec(optimizer, scaling="sqrt"), 3200).optimizer.options == \
         plans[None].optimizer.options  # √k under the default rule: date.scaling=sqrt's optimizer
     for curve in (room, limited):
-        ramp = derive_plan(_spec(optimizer, budget="ramp"), 3200, noise_curve=curve)
+        ramp = derive_plan(_spec(optimizer, budget="ramp", lr_cap="none"), 3200,
+                           noise_curve=curve)
         assert [st.peak_lr for st in ramp.ramp] == pytest.approx(
             [(st.batch / 100) ** want[curve] * 0.01 for st in ramp.ramp])
 
 
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_by_default_the_lr_stops_at_the_noise_scale_where_the_lr_check_fires(name):
+    """date.lr_cap: auto (the default) caps where the cap was measured: the adaptive family with
+    a probe whose LR check found the baseline steps-limited, √k up to B_cap and flat past it, in
+    every rung of a ramp too, and the plan's line says so. Where the check found room, without
+    a check or a probe, in the other families and with lr_cap: none, no cap."""
+    from date_engine.forecast import NoiseCurve
+
+    optimizer, p, *_ = FAMILIES[name]
+    room = NoiseCurve(a=500.0, beta=0.0, first=0.1, last=1.0, lr_checked=True)  # B_cap = 500
+    limited = NoiseCurve(**{**room.__dict__, "steps_limited": True})
+    adaptive = name in ADAPTIVE
+    plan = derive_plan(_spec(optimizer), 3200, noise_curve=limited)
+    assert plan.peak_lr == pytest.approx((5 if adaptive else 32) ** p * 0.01)
+    assert ("stops growing at the probe's noise scale, batch 500" in plan.lr_note) == adaptive
+    ramp = derive_plan(_spec(optimizer, budget="ramp"), 3200, noise_curve=limited)
+    assert [st.peak_lr for st in ramp.ramp] == pytest.approx(
+        [(min(st.batch, 500 if adaptive else st.batch) / 100) ** p * 0.01 for st in ramp.ramp])
+    uncapped = [derive_plan(_spec(optimizer), 3200, noise_curve=room),
+                derive_plan(_spec(optimizer), 3200),
+                derive_plan(_spec(optimizer, lr_cap="none"), 3200, noise_curve=limited)]
+    assert [u.peak_lr for u in uncapped] == pytest.approx(
+        [32 ** (0.75 if adaptive else p) * 0.01, 32 ** p * 0.01, 32 ** p * 0.01])
+
+
 def test_the_noise_scale_cap_stops_the_lr_at_the_probes_noise_scale():
-    """date.lr_cap: noise (under trial): with a probe, η = η0·(min(B, B_cap)/B0)^p, B_cap the
-    fit at the probe's last measured epoch; no cap below B_cap, none without a probe, and the
-    rest of the rule (β2^k at the true k) unchanged."""
+    """date.lr_cap: noise: with any probe, η = η0·(min(B, B_cap)/B0)^p, B_cap the fit at the
+    probe's last measured epoch; no cap below B_cap, none without a probe, and the rest of the
+    rule (β2^k at the true k) unchanged."""
     from date_engine.forecast import NoiseCurve
 
     curve = NoiseCurve(a=400.0, beta=0.0, first=0.1, last=1.0, lr_checked=True)  # B_cap = 400
