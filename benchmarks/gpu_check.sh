@@ -46,6 +46,17 @@ if ! "$PY" -c "import pydantic" 2>/dev/null && [ -d .gpu/whl ]; then
     export PYTHONPATH="$WORK/site"
 fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+if ! MISSING=$("$PY" - 2>&1 <<'PY'
+import importlib.util, sys
+missing = [m for m in ("pydantic", "typer", "rich", "yaml", "sklearn", "pytest")
+           if importlib.util.find_spec(m) is None]
+print(", ".join(missing))
+sys.exit(1 if missing else 0)
+PY
+); then
+    echo "gpu_check: this machine's Python lacks $MISSING; run bash benchmarks/gpu_check.sh --prepare where pip works and carry .gpu here."
+    exit 1
+fi
 DATE=("$PY" -m date_engine)
 MNIST="--set train.data_dir=$ROOT/data/mnist"
 LOG_SET="--set train.log_every=50 --set train.eval_every=100"
@@ -54,12 +65,15 @@ FAILED=0
 {
     echo "# GPU check"
     echo
-    echo "Command: \`bash benchmarks/gpu_check.sh\`, $(date -u +%Y-%m-%d). Machine: $("$PY" - <<'PY'
+    echo "Command: \`bash benchmarks/gpu_check.sh\`, $(date -u +%Y-%m-%d), date_engine $("$PY" -c 'import date_engine; print(date_engine.__version__)') ($(git rev-parse --short HEAD 2>/dev/null || echo 'commit unknown')). Machine: $("$PY" - <<'PY'
 import torch
 p = torch.cuda.get_device_properties(0)
+try:
+    nccl = ".".join(map(str, torch.cuda.nccl.version()))
+except Exception:  # a build without NCCL
+    nccl = "none"
 print(f"{torch.cuda.device_count()} × {p.name} ({p.total_memory / 2**30:.0f} GiB), torch "
-      f"{torch.__version__}, CUDA {torch.version.cuda}, NCCL "
-      f"{'.'.join(map(str, torch.cuda.nccl.version()))}")
+      f"{torch.__version__}, CUDA {torch.version.cuda}, NCCL {nccl}")
 PY
 )."
     echo

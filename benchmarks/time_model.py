@@ -2,19 +2,20 @@
 
     python benchmarks/time_model.py [--out /tmp/time-model] [--batches 256,512]
 
-For lenet-mnist and lstm-mnist (1 epoch: benchmarks/*-1ep.yaml, MNIST in data/mnist) at 1 and 2
-processes (gloo): `date bench --nproc P` before and after the cells, and for each batch a whole
-1-epoch `date scale` run logging every 5 steps, twice (at 2 processes also the larger batch under
-``--parallel fsdp``, reported beside the table and not held to 30%). The measured step time is the
-median over a run's log intervals (after the first) of Δ training seconds / Δ steps; the measured
-run time is the training seconds at its last step (evaluations left out, as the model leaves them
-out). The forecast is `date plan --json --bench`'s ``time.step_seconds`` and ``time.run_seconds``
-(no overlap). Each side keeps the faster of its two: on a shared VM the same command's time moves
-by up to 1.5× from one run to the next, and interference only ever slows a run. Then the link: an
-all-reduce of a size the bench did not time (3 MiB), timed on its own at 2 processes (the faster
-of two launches), against 2(N−1)α + 2(N−1)/N · bytes/β from lenet-mnist's 2-process benches (the
-faster of the two). Prints one table; exit 1 if a ratio is
-outside [0.7, 1.3]. Run it on an idle machine: the bench and the runs must see the same CPUs.
+For lenet-mnist and lstm-mnist (1 epoch: benchmarks/*-1ep.yaml, MNIST in data/mnist) and
+lenet-digits (as shipped) at 1 and 2 processes (gloo): `date bench --nproc P` before and after the
+cells, and for each batch a whole `date scale` run logging every 5 steps, twice (at 2 processes
+also the larger batch under ``--parallel fsdp``, reported beside the table and not held to 30%).
+The measured step time is the median over a run's log intervals (after the first) of Δ training
+seconds / Δ steps; the measured run time is the training seconds at its last step (evaluations left
+out, as the model leaves them out). The forecast is `date plan --json --bench`'s
+``time.step_seconds`` and ``time.run_seconds`` (no overlap). Each side keeps the faster of its two:
+on a shared VM the same command's time moves by up to 1.5× from one run to the next, and
+interference only ever slows a run. Then the link: an all-reduce of a size the bench did not time
+(3 MiB), timed on its own at 2 processes (the faster of two launches), against 2(N−1)α + 2(N−1)/N ·
+bytes/β from lenet-mnist's 2-process benches (the faster of the two). Prints one table; exit 1 if a
+ratio is outside [0.7, 1.3]. Run it on an idle machine: the bench and the runs must see the same
+CPUs.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ from date_engine.machine import huge_pages_for_tensors
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = {"lenet-mnist": ROOT / "benchmarks" / "lenet-mnist-1ep.yaml",
-         "lstm-mnist": ROOT / "benchmarks" / "lstm-mnist-1ep.yaml"}
+         "lstm-mnist": ROOT / "benchmarks" / "lstm-mnist-1ep.yaml",
+         "lenet-digits": ROOT / "recipes" / "lenet-digits.yaml"}
+"""lenet-digits as shipped (10 epochs of scikit-learn's digits: 57 steps at 256): a small model
+whose step is mostly the trainer's own host work and the processes' synchronisation."""
 SIZE = 3 << 20  # bytes of the all-reduce timed on its own
 
 

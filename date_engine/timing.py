@@ -12,12 +12,14 @@
 
 One optimizer step of a global batch B = micro × N × accumulation on N devices then takes
 
-    T_step = accum · T_c(micro) + T_comm(N) + T_sync + T_opt        (no overlap: upper bound)
-    T_step = max(accum · T_c(micro), T_comm(N)) + T_sync + T_opt    (full overlap: lower bound)
+    T_step = accum · T_c(micro) + T_comm(N) + T_sync + T_opt + T_host        (no overlap)
+    T_step = max(accum · T_c(micro), T_comm(N)) + T_sync + T_opt + T_host    (full overlap)
 
-with T_sync(micro) (N > 1) what the bench's synchronised pass at P processes took beyond its compute
-and the modelled all-reduce at that micro-batch: the wait for the slower process and the
-collectives' host costs, held constant in N (stragglers grow with N: a lower bound there).
+with T_host(micro) the trainer's own work of a step beside its pass and optimizer step (the LR set,
+the noise-scale hooks, the gradient norm, the state check, the agreement, clearing the gradients:
+the bench's whole step less both), and T_sync(micro) (N > 1) what that whole step under DDP at P
+processes took beyond the local one and the modelled all-reduce: the wait for the slower process
+and the collectives' host costs, held constant in N (stragglers grow with N: a lower bound there).
 
 with T_comm the all-reduce of the gradient's bytes (DDP overlaps it with the backward pass). A
 sharded model (``train.parallel: fsdp``) instead gathers its parameters before every micro-batch's
@@ -116,6 +118,10 @@ class Bench:
     """The optimizer's state: moments, DATE's per-layer buffers."""
     memory_source: str = ""
     """What ``memory_points`` measured: ``cuda allocator`` or ``cpu resident``."""
+    host_points: tuple[tuple[int, float], ...] = ()
+    """(micro-batch, seconds) of the host work a step of the run adds to its pass and optimizer
+    step (the LR set, the noise-scale hooks, the gradient norm, the state check, the agreement,
+    the gradients cleared): the trainer's whole step timed, less both (empty before 0.9)."""
 
     def check(self, path: Path, recipe: str | None, devices: int, link: Link | None) -> None:
         """Refuse, in one sentence, to forecast ``recipe`` on ``devices`` from this bench: one of
@@ -144,6 +150,14 @@ class Bench:
         first, last = min(self.wait_points), max(self.wait_points)
         return _between(self.wait_points, micro,
                         lambda: first[1] if micro < first[0] else last[1])
+
+    def host_seconds(self, micro: int) -> float:
+        """A step's host work at ``micro`` (0 without a measurement): between two measured sizes
+        the line through them, beyond them the nearest one's."""
+        if not self.host_points:
+            return 0.0
+        first, last = min(self.host_points), max(self.host_points)
+        return _between(self.host_points, micro, lambda: first[1] if micro < first[0] else last[1])
 
     def memory_bytes(self, micro: int, devices: int = 1, sharded: bool = False) -> float:
         """A process's peak bytes at ``micro`` samples per pass: between two measured sizes the
@@ -187,7 +201,7 @@ class Bench:
             raise DateError(f"{path}: a field is missing or unknown ({exc}); run date bench "
                             "again.") from None
         points = (*bench.compute_points, *bench.allreduce_points, *bench.wait_points,
-                  *bench.memory_points)
+                  *bench.host_points, *bench.memory_points)
         if not all(len(point) == 2 for point in points):
             raise DateError(f"{path}: every measured point must be a pair (size, seconds); run "
                             "date bench again.")
@@ -371,6 +385,8 @@ class StepTime:
     """max(compute, communication) + synchronisation + optimizer: the lower bound."""
     synchronisation: float = 0.0
     """The bench's wait of a synchronised step at the micro-batch, on more than one device."""
+    host: float = 0.0
+    """The bench's host work of a step at the micro-batch (the trainer's own, beside the pass)."""
 
 
 def gather_seconds(link: Link, devices: int, size: int) -> float:
@@ -396,8 +412,9 @@ def step_time(bench: Bench, split: BatchSplit, link: Link | None = None, *,
     else:
         comm = allreduce_seconds(link, n, bench.gradient_bytes)
     wait = bench.wait_seconds(split.micro_batch) if n > 1 else 0.0
-    return StepTime(compute, comm, opt, compute + comm + wait + opt,
-                    max(compute, comm) + wait + opt, wait)
+    host = bench.host_seconds(split.micro_batch)
+    return StepTime(compute, comm, opt, compute + comm + wait + opt + host,
+                    max(compute, comm) + wait + opt + host, wait, host)
 
 
 @dataclass(frozen=True)

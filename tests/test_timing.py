@@ -319,6 +319,9 @@ def test_date_bench_writes_what_the_plan_forecasts_from(tmp_path):
     # the synchronised pass, timed at 2 processes at every size
     assert [m for m, _ in bench.wait_points] == [16, 64]
     assert all(0 <= w < 1 for _, w in bench.wait_points)
+    # the trainer's own work of a step beside its pass, at every size, in the forecast's step
+    assert [m for m, _ in bench.host_points] == [16, 64]
+    assert all(0 <= h < 1 for _, h in bench.host_points) and bench.host_seconds(64) > 0
     # memory: a pass's peak at every size, the model's bytes and the optimizer's state (RMSprop
     # keeps one buffer a parameter; DATE adds its per-layer ones)
     assert [m for m, _ in bench.memory_points] == [16, 64] and bench.memory_source == "cpu resident"
@@ -396,3 +399,17 @@ def test_date_plan_names_the_micro_batch_that_fits(tmp_path):
     assert none.exit_code == 0 and "not even one sample per pass fits" in none.output
     alone = CliRunner().invoke(app, args[:-2] + ["--device-memory", "2GiB"])
     assert alone.exit_code == 2 and "--device-memory needs --bench" in alone.output
+
+
+def test_the_trainers_host_work_is_part_of_every_step():
+    """A step's host work (the bench's whole trainer step less its pass and optimizer step) adds
+    to both bounds of the step, at the micro-batch's interpolated value; none in an old bench."""
+    plain = _bench()
+    bench = _bench(host_points=((16, 1e-3), (64, 3e-3)))
+    split = BatchSplit(32, 2, 2)
+    before, after = step_time(plain, split), step_time(bench, split)
+    assert bench.host_seconds(32) == pytest.approx(1e-3 + (32 - 16) / 48 * 2e-3)
+    assert bench.host_seconds(8) == 1e-3 and bench.host_seconds(512) == 3e-3
+    assert after.host == pytest.approx(bench.host_seconds(32)) and before.host == 0.0
+    assert after.no_overlap - before.no_overlap == pytest.approx(after.host)
+    assert after.overlap - before.overlap == pytest.approx(after.host)

@@ -7,9 +7,12 @@ with the threads a run at P processes gets) times, at the same moment:
   after a warm-up), each pass on the loader's next micro-batch (read and collated, as the trainer
   does), on the model the run builds (plain: the all-reduce is timed on its own);
 - the optimizer step the plan builds (DATE over the baseline's optimizer), over the whole model;
-- with P ≥ 2, an all-reduce of several sizes up to the gradient's, on the run's backend, and the
-  pass as a step of the run takes it (under DDP, then the step's small all-reduce of flags): what
-  it takes beyond the plain pass and the modelled all-reduce is the step's synchronisation.
+- the whole step as the trainer takes it (the LR set, the pass with the noise-scale hooks, the
+  gradient norm, the state check, the agreement, the update), on a copy of the model: what it
+  takes beyond the plain pass and the optimizer step is the step's host work;
+- with P ≥ 2, an all-reduce of several sizes up to the gradient's, on the run's backend, and that
+  whole step under DDP with the agreement's all-reduce: what it takes beyond the local whole step
+  and the modelled all-reduce is the step's synchronisation.
 
 Rank 0 fits T_c(b) = a + c·b (averaged over the processes) and the ring all-reduce's α and β, and
 writes bench.json. ``python -m date_engine.train.bench --config <bench config>.json``.
@@ -32,14 +35,15 @@ import torch
 import torch.distributed as dist
 
 from date_engine.errors import DateError
-from date_engine.machine import describe
+from date_engine.machine import choose_threads, describe
 from date_engine.optim.build import build_optimizer
 from date_engine.recipes import DataOptions, get_recipe
 from date_engine.runplan import resolve_plan
+from date_engine.schedule import set_lr
 from date_engine.spec import parse_spec
 from date_engine.timing import Bench, Link, allreduce_seconds, fit_line, link_from_points
 from date_engine.train.runtime import die_with_parent, setup, teardown
-from date_engine.train.step import to_device
+from date_engine.train.step import StepRunner, agree, to_device
 
 __all__ = ["bench_job", "main", "measure", "micro_batch_sizes", "run"]
 
@@ -76,11 +80,10 @@ def _cycle(loader: torch.utils.data.DataLoader) -> Iterator[Any]:
         yield from loader
 
 
-def _pass(module: torch.nn.Module, micro: int, recipe, data, rt, flags: torch.Tensor | None
-          ) -> Callable[[], None]:
+def _pass(module: torch.nn.Module, micro: int, recipe, data, rt) -> Callable[[], None]:
     """One forward and backward pass of ``module`` on the loader's next micro-batch (read and
     collated as the trainer's loader does it: a pass that reused one batch would time warm caches
-    and no loading), then, with ``flags``, the step's small all-reduce."""
+    and no loading)."""
     batches = _cycle(torch.utils.data.DataLoader(
         data.train, batch_size=micro, shuffle=True, drop_last=micro <= len(data.train),
         collate_fn=data.collate, generator=torch.Generator().manual_seed(micro)))
@@ -91,8 +94,6 @@ def _pass(module: torch.nn.Module, micro: int, recipe, data, rt, flags: torch.Te
         with rt.autocast():
             loss = recipe.loss(module, batch, data)
         loss.backward()
-        if flags is not None:
-            dist.all_reduce(flags)
 
     return work
 
@@ -115,18 +116,25 @@ def measure(config: dict) -> Bench | None:
         sync = torch.cuda.synchronize if rt.device.type == "cuda" else (lambda: None)
         repeats = config.get("repeats", REPEATS)
 
-        # the plain pass at every size, and in a job the same pass as a step of the run takes
-        # it (under DDP, on a copy whose hooks stay off the plain model, then the step's
-        # all-reduce of flags)
-        wrapped = rt.wrap(copy.deepcopy(model)) if rt.distributed else None
-        flags = torch.zeros(4, device=rt.device)
+        # the plain pass at every size; the whole step as the trainer takes it (the LR set, the
+        # pass with the noise-scale hooks, the gradient norm, the state check, the agreement,
+        # the update clearing the gradients) on a copy of its own; and in a job that step under
+        # DDP with the agreement's all-reduce, on another copy
+        local = replace(rt, backend=None)
+        runners = {"whole": _runner(model, recipe, data, local, planned.plan, None)}
+        if rt.distributed:
+            runners["synchronised"] = _runner(model, recipe, data, rt, planned.plan, rt.wrap)
         passes = {}
         for micro in config["micro_batches"]:
-            passes["plain", micro] = _pass(model, micro, recipe, data, rt, None)
-            if wrapped is not None:
-                passes["synchronised", micro] = _pass(wrapped, micro, recipe, data, rt, flags)
+            passes["plain", micro] = _pass(model, micro, recipe, data, rt)
+            for kind, runner in runners.items():
+                passes[kind, micro] = runner.step_at(micro)
         align = dist.barrier if rt.distributed else (lambda: None)
-        medians = _median_seconds(passes, repeats, sync, align)
+        try:
+            medians = _median_seconds(passes, repeats, sync, align)
+        finally:
+            for runner in runners.values():
+                runner.close()
         step = _median_seconds({"step": optimizer.step}, repeats, sync, align)["step"]
         keys = list(medians)
         mine = torch.tensor([medians[k] for k in keys] + [step], dtype=torch.float64)
@@ -136,6 +144,7 @@ def measure(config: dict) -> Bench | None:
         timed = dict(zip(keys, mine[:-1].tolist()))
         step = float(mine[-1])
         points = [(m, timed["plain", m]) for m in config["micro_batches"]]
+        host = tuple((m, max(0.0, timed["whole", m] - t - step)) for m, t in points)
         # the peak of a pass at each size, smallest first, with the gradients and the optimizer's
         # state (made by the timed steps) in memory
         peaks = [(m, *rt.peak_memory(passes["plain", m])) for m in sorted(config["micro_batches"])]
@@ -153,7 +162,7 @@ def measure(config: dict) -> Bench | None:
             box = torch.tensor([medians[size] for size in sizes], dtype=torch.float64)
             dist.all_reduce(box, op=dist.ReduceOp.MAX)  # the slowest process's
             reduced = list(zip(sizes, box.tolist()))
-            del wrapped  # its reducer holds the process group: gone before the group is left
+            del runners  # a DDP reducer holds the process group: gone before the group is left
             dist.barrier()  # leave together: no process tears down while another still talks
         if not rt.is_main:
             return None
@@ -170,16 +179,55 @@ def measure(config: dict) -> Bench | None:
                       gradient_bytes, a, c, step, link, tuple(points), tuple(reduced),
                       tuple(notes), memory_points=tuple((m, float(b)) for m, b, _ in peaks),
                       model_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
-                      state_bytes=state_bytes, memory_source=peaks[0][2])
+                      state_bytes=state_bytes, memory_source=peaks[0][2],
+                      host_points=host)
         if measured is None:
             return bench
         # what a synchronised pass took beyond its compute and the modelled all-reduce: the
         # wait for the slower process and the collectives' own costs on this machine
         ring = allreduce_seconds(measured, rt.world_size, gradient_bytes)
-        waits = tuple((m, max(0.0, timed["synchronised", m] - t - ring)) for m, t in points)
+        waits = tuple((m, max(0.0, timed["synchronised", m] - t - ring - step - h))
+                      for (m, t), (_, h) in zip(points, host))
         return replace(bench, wait_points=waits)
     finally:
         teardown(rt)
+
+
+class _Steps:
+    """A copy of the model with its own optimizer, stepped as the trainer steps (one micro-batch
+    a step), for the bench's whole-step timings."""
+
+    def __init__(self, steps: StepRunner, plan, data, rt) -> None:
+        self.steps, self.plan, self.data, self.rt = steps, plan, data, rt
+
+    def step_at(self, micro: int) -> Callable[[], None]:
+        batches = _cycle(torch.utils.data.DataLoader(
+            self.data.train, batch_size=micro, shuffle=True,
+            drop_last=micro <= len(self.data.train), collate_fn=self.data.collate,
+            generator=torch.Generator().manual_seed(micro)))
+        steps = self.steps
+
+        def work() -> None:
+            set_lr(steps.optimizer, self.plan, 1)
+            loss = steps.forward_backward(batches)
+            norm = steps.unscale_and_clip(None, False)
+            agree(self.rt, loss, False, False, steps.noise_sample(norm), norm, steps.state_sum())
+            steps.update()
+
+        return work
+
+    def close(self) -> None:
+        self.steps.close()
+
+
+def _runner(model, recipe, data, rt, plan, wrap) -> _Steps:
+    """A :class:`_Steps` over a copy of ``model`` (wrapped by ``wrap``: DDP), measuring the noise
+    scale as a run whose step sees several gradients does."""
+    own = copy.deepcopy(model)
+    optimizer = build_optimizer(own.named_parameters(), plan.optimizer, plan.peak_lr)
+    wrapped = wrap(own) if wrap is not None else own
+    return _Steps(StepRunner(own, wrapped, optimizer, None, recipe, data, rt, 1,
+                             measure_noise=True), plan, data, rt)
 
 
 def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
@@ -229,7 +277,8 @@ def bench_job(spec: Any, spec_path: Path, recipe: Any, sizes: list[int], output:
         "spec": spec.model_dump(mode="json", exclude_none=True), "spec_path": str(spec_path),
         "recipe": spec.recipe or recipe.name, "micro_batches": sizes,
         "output": str(output.absolute()), "link": link and dataclasses.asdict(link)}))
-    if nproc == 1:
+    if nproc == 1:  # in this process, with the threads a one-process date scale takes
+        torch.set_num_threads(choose_threads(1)[0])
         return run(config)
     from date_engine.train.launch import LaunchOptions, elastic
 

@@ -105,6 +105,8 @@ def render_time(forecast: TimeForecast, budgets: dict[str, TimeForecast],
         table.add_row("synchronisation", seconds(step.synchronisation),
                       "bench: the wait of a synchronised step, held constant in N")
     table.add_row("optimizer", seconds(step.optimizer), "bench")
+    if step.host:
+        table.add_row("host work", seconds(step.host), "bench: the trainer's own work of a step")
     table.add_row("one step", f"{seconds(step.overlap)} – {seconds(step.no_overlap)}",
                   "full overlap – none")
     for name, each in budgets.items():
