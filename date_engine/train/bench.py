@@ -113,7 +113,7 @@ def measure(config: dict) -> Bench | None:
         model = recipe.build_model(options).to(rt.device)
         optimizer = build_optimizer(model.named_parameters(), planned.plan.optimizer,
                                     planned.plan.peak_lr)
-        sync = torch.cuda.synchronize if rt.device.type == "cuda" else (lambda: None)
+        sync = rt.synchronize
         repeats = config.get("repeats", REPEATS)
 
         # the plain pass at every size; the whole step as the trainer takes it (the LR set, the

@@ -92,7 +92,7 @@ def choose_micro_batch(recipe: Any, options: Any, data: Any, rt: Runtime, share:
                       f"({folder.micro_batch_path.name}).")
     chosen, tried = largest_that_fits(recipe, options, data, rt, share)
     if rt.distributed:  # every process passes the same size: the smallest that fits them all
-        agreed = torch.tensor([chosen], device=rt.device if rt.device.type == "cuda" else "cpu")
+        agreed = torch.tensor([chosen], device=rt.device)
         dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
         chosen = int(agreed.item())
     if rt.is_main:

@@ -82,6 +82,16 @@ class Runtime:
         """fp16 needs loss scaling; bf16 and fp32 do not."""
         return torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
 
+    @property
+    def pin_memory(self) -> bool:
+        """Whether the loader pins host memory: for copies to a GPU."""
+        return self.device.type == "cuda"
+
+    def synchronize(self) -> None:
+        """Wait for the device's queued work (CUDA runs asynchronously; the CPU does not)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
     def release_memory(self) -> None:
         """Give the allocator's cached blocks back to the device (CUDA), so that what is tried
         next allocates as a fresh process would."""

@@ -389,7 +389,7 @@ class Trainer:
         """This process's micro-batches for steps start+1 .. the stop."""
         rank = self.rt.rank
         return loader(data, self.steps_plan, rank, self.seed, start, self._stop_at(),
-                      self.spec.train.num_workers, self.rt.device.type == "cuda",
+                      self.spec.train.num_workers, self.rt.pin_memory,
                       resume.process_seed(self.seed, rank, start))
 
     # ------------------------------------------------------------------ checkpoints, the end
