@@ -19,9 +19,12 @@ def pytest_configure(config):
     """Under pytest-xdist (`-n N`, as CI runs) the workers share the machine's cores: each worker,
     and every `date` it starts, gets its share of CPU threads, as `date sweep --jobs N` gives its
     cells (a run that sets OMP_NUM_THREADS itself keeps its own). Set always, so that no `date`
-    chooses its threads by the load it meets: runs a test compares bit for bit use the same."""
+    chooses its threads by the load it meets: runs a test compares bit for bit use the same. The
+    controller of an xdist run sets nothing: its workers, which inherit its environment, do."""
+    controller = bool(getattr(config.option, "numprocesses", None)) and \
+        "PYTEST_XDIST_WORKER" not in os.environ
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if "OMP_NUM_THREADS" not in os.environ:
+    if not controller and "OMP_NUM_THREADS" not in os.environ:
         from date_engine.machine import threads_per_process
 
         os.environ["OMP_NUM_THREADS"] = str(threads_per_process(workers))

@@ -310,8 +310,8 @@ def test_date_probe_trains_a_share_of_the_baseline_and_writes_its_forecast(probe
     words = " ".join(result.stdout.split())
     assert "the largest batch expected to hold accuracy in the baseline's epochs" in words
     assert "date plan" in words
-    # how long its steps should take, said once, at the first logged step
-    assert words.count("expected: about") == 1 and f"for the {probe.steps} steps" in words
+    # how long its steps should take, said at the first logged step of its run and of its LR check
+    assert words.count(f"more for the {probe.steps} steps, at the speed of the first") == 2
     # the LR check: the same steps at twice the LR, from the same start, losses compared
     check = RunFolder(folder / "lr-check")
     assert check.read_summary().steps == probe.steps
