@@ -21,9 +21,9 @@ def pytest_configure(config):
     cells (a run that sets OMP_NUM_THREADS itself keeps its own). Set always, so that no `date`
     chooses its threads by the load it meets: runs a test compares bit for bit use the same. The
     controller of an xdist run sets nothing: its workers, which inherit its environment, do."""
-    controller = bool(getattr(config.option, "numprocesses", None)) and \
-        "PYTEST_XDIST_WORKER" not in os.environ
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = getattr(config, "workerinput", None)  # set on an xdist worker before it configures
+    controller = worker is None and bool(getattr(config.option, "numprocesses", None))
+    workers = worker["workercount"] if worker else 1
     if not controller and "OMP_NUM_THREADS" not in os.environ:
         from date_engine.machine import threads_per_process
 
