@@ -373,8 +373,8 @@ def _peak_lr(d: _Ledger, spec: Spec, k: float, curve: NoiseCurve | None
             p, reason, note = _probed(rule, curve)
         why = f"{spec.baseline.optimizer.family} family: {reason}"
         b0 = spec.baseline.batch_size
-        adaptive = rule.probed_exponent is not None
-        if _capped(date.lr_cap, curve, adaptive) and k * b0 > (cap := curve(curve.last)):
+        capped = _capped(date.lr_cap, curve, rule.probed_exponent is not None, date.budget)
+        if capped and k * b0 > (cap := curve(curve.last)):
             kc = max(cap / b0, 1.0)
             peak = d("η", "peak_lr", kc**p * eta0, f"(max(B_cap, B0) / B0)^{p:g} · η0",
                      f"({max(cap, b0):.5g} / {b0})^{p:g} · {eta0:.5g}",
@@ -394,13 +394,15 @@ def _peak_lr(d: _Ledger, spec: Spec, k: float, curve: NoiseCurve | None
     return scaling, p, d("η", "peak_lr", value, formula, inputs, _NAMED_REASONS[scaling]), ""
 
 
-def _capped(lr_cap: str, curve: NoiseCurve | None, adaptive: bool) -> bool:
+def _capped(lr_cap: str, curve: NoiseCurve | None, adaptive: bool, budget: str) -> bool:
     """Whether the LR stops at the probe's noise scale: with ``noise`` wherever there is a
-    probe; with ``auto`` where it was measured, the adaptive family with a probe whose LR check
-    found the baseline steps-limited."""
+    probe; with ``auto`` where it was measured and won, the adaptive family in the baseline's
+    epochs with a probe whose LR check found the baseline steps-limited (in a ramp, whose batch
+    follows the run's own noise scale, it lost: docs/results.md)."""
     if curve is None or lr_cap == "none":
         return False
-    return lr_cap == "noise" or (adaptive and curve.lr_checked and curve.steps_limited)
+    return lr_cap == "noise" or (adaptive and budget == "same-epochs" and curve.lr_checked
+                                 and curve.steps_limited)
 
 
 def _probed(rule: BatchRule, curve: NoiseCurve | None) -> tuple[float, str, str]:

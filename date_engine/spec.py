@@ -279,9 +279,9 @@ class DateSpec(_Section):
     lr_cap: Literal["auto", "noise", "none"] = "auto"
     """rule date, with a probe: the LR grows with the batch only up to the noise scale the probe
     measured, η = η0·(min(B, B_cap)/B0)^p (B_cap: its fit at the end of its measurements).
-    ``auto`` caps where it was measured, the adaptive family with a probe whose LR check finds
-    the baseline steps-limited (docs/results.md, "A cap at the noise scale"); ``noise`` with any
-    probe; ``none`` never."""
+    ``auto`` caps where it was measured and won: the adaptive family in the baseline's epochs
+    (``date.budget: same-epochs``) with a probe whose LR check finds the baseline steps-limited
+    (docs/results.md, "A cap at the noise scale"); ``noise`` with any probe; ``none`` never."""
     probe: PathText | None = None
     """probe.json written by ``date probe`` for this baseline (a path from the directory date
     runs in): the plan then forecasts what holding accuracy costs at the target batch."""

@@ -495,3 +495,8 @@ def test_the_noise_scale_caps_decision_is_what_its_cells_give():
     from date_engine.spec import DateSpec
 
     assert DateSpec().lr_cap == ("noise" if extend else "auto" if adopt else "none")
+    from benchmarks.results_tables import CAP_RAMP, cap_in_ramps_decision
+
+    ramps = cap_cells(CAP_RAMP)
+    assert cap_in_ramps_decision() == all((d1 - d0) >= -s for *_, d0, d1, s in ramps)
+    assert ("A ramp's rungs: not capped" in text) == (not cap_in_ramps_decision())

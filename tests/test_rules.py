@@ -172,10 +172,11 @@ def test_only_a_probe_whose_lr_check_found_room_raises_the_adaptive_family_to_k0
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_by_default_the_lr_stops_at_the_noise_scale_where_the_lr_check_fires(name):
-    """date.lr_cap: auto (the default) caps where the cap was measured: the adaptive family with
-    a probe whose LR check found the baseline steps-limited, √k up to B_cap and flat past it, in
-    every rung of a ramp too, and the plan's line says so. Where the check found room, without
-    a check or a probe, in the other families and with lr_cap: none, no cap."""
+    """date.lr_cap: auto (the default) caps where the cap was measured and won: the adaptive
+    family in the baseline's epochs with a probe whose LR check found the baseline steps-limited,
+    √k up to B_cap and flat past it, and the plan's line says so; not a ramp's rungs. Where the
+    check found room, without a check or a probe, in the other families and with lr_cap: none, no
+    cap."""
     from date_engine.forecast import NoiseCurve
 
     optimizer, p, *_ = FAMILIES[name]
@@ -185,9 +186,14 @@ def test_by_default_the_lr_stops_at_the_noise_scale_where_the_lr_check_fires(nam
     plan = derive_plan(_spec(optimizer), 3200, noise_curve=limited)
     assert plan.peak_lr == pytest.approx((5 if adaptive else 32) ** p * 0.01)
     assert ("stops growing at the probe's noise scale, batch 500" in plan.lr_note) == adaptive
+    # a ramp, whose batch follows the run's noise scale, is not capped (capped, it lost)
     ramp = derive_plan(_spec(optimizer, budget="ramp"), 3200, noise_curve=limited)
     assert [st.peak_lr for st in ramp.ramp] == pytest.approx(
-        [(min(st.batch, 500 if adaptive else st.batch) / 100) ** p * 0.01 for st in ramp.ramp])
+        [(st.batch / 100) ** p * 0.01 for st in ramp.ramp])
+    noise = derive_plan(_spec(optimizer, budget="ramp", lr_cap="noise"), 3200,
+                        noise_curve=limited)
+    assert [st.peak_lr for st in noise.ramp] == pytest.approx(
+        [(min(st.batch, 500) / 100) ** p * 0.01 for st in noise.ramp])
     uncapped = [derive_plan(_spec(optimizer), 3200, noise_curve=room),
                 derive_plan(_spec(optimizer), 3200),
                 derive_plan(_spec(optimizer, lr_cap="none"), 3200, noise_curve=limited)]
