@@ -28,6 +28,7 @@ import torch
 from date_engine.models.resnet import resnet50
 from date_engine.optim import DATE, LAMB, LARS
 from date_engine.optim._tensors import norms
+from date_engine.optim.build import state_bytes
 
 COPY = "copy of the parameters"
 NORMS = "||w|| and ||g|| of every tensor"
@@ -83,14 +84,6 @@ BANDWIDTH_PROBES = (SGD_FUSED, ADAM_FUSED, ADAMW_FUSED)
 single-stream copy moves fewer bytes per second than torch's fused kernels do."""
 EXTRA_TARGETS = {"DATE(SGD momentum)": (SGD_FOREACH, 1.0)}
 """A second comparison for a row: (torch step, target ratio)."""
-
-
-def state_bytes(opt) -> int:
-    """Bytes the optimizer keeps between steps: its state and its scratch buffers."""
-    tensors = [v for s in opt.state.values() for v in s.values() if torch.is_tensor(v)]
-    tensors += list(getattr(opt, "_scratch", {}).values())  # DATE's per-parameter buffers
-    tensors += list(getattr(opt, "_u", {}).values())  # LAMB's update
-    return sum(t.numel() * t.element_size() for t in tensors if t.dim() > 0)
 
 
 def measure(steps: int, warmup: int, device: str = "cpu") -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 from collections.abc import MutableMapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -49,8 +50,6 @@ def _idle_and_total(stat: Path) -> tuple[int, int] | None:
 def idle_cores(seconds: float = 0.25, stat: Path = PROC_STAT) -> float | None:
     """How many of this machine's logical CPUs sat idle over the next ``seconds`` (None where the
     kernel does not say: not Linux)."""
-    import time
-
     before = _idle_and_total(stat)
     time.sleep(seconds)
     after = _idle_and_total(stat)
@@ -60,15 +59,18 @@ def idle_cores(seconds: float = 0.25, stat: Path = PROC_STAT) -> float | None:
 
 
 def choose_threads(processes: int, environ: MutableMapping[str, str] = os.environ,
-                   idle: float | None = None) -> tuple[int, str]:
+                   idle: float | None = None, kept: int | None = None) -> tuple[int, str]:
     """Intra-op threads for each of ``processes`` training processes started now, and why: a
-    user's ``OMP_NUM_THREADS`` as given; else the cores idle right now (``idle``, measured when
-    not given) shared out, at most this machine's share per process. Threads beyond the idle cores
+    user's ``OMP_NUM_THREADS`` as given; else ``kept``, the threads a resumed run began with (it
+    goes on bit for bit); else the cores idle right now (``idle``, measured when not given)
+    shared out, at most this machine's share per process. Threads beyond the idle cores
     wait on each other: on this project's 2-core VM the lenet-digits baseline with both threads
     beside one busy process ran 46× slower than with one (benchmarks/threads.py)."""
     given = environ.get("OMP_NUM_THREADS", "").strip()
     if given.isdigit() and int(given) > 0:
         return int(given), "OMP_NUM_THREADS"
+    if kept:
+        return kept, "as this run began: it resumes bit for bit"
     share = threads_per_process(processes)
     idle = idle_cores() if idle is None else idle
     if idle is None:

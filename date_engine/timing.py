@@ -142,22 +142,12 @@ class Bench:
                         lambda: self.compute_fixed + self.compute_per_sample * micro)
 
     def wait_seconds(self, micro: int) -> float:
-        """T_sync(micro), a synchronised step's wait (0 without a measurement): between two
-        measured sizes the line through them, beyond them the nearest one's (a difference of two
-        medians, too noisy to extend a slope from)."""
-        if not self.wait_points:
-            return 0.0
-        first, last = min(self.wait_points), max(self.wait_points)
-        return _between(self.wait_points, micro,
-                        lambda: first[1] if micro < first[0] else last[1])
+        """T_sync(micro), a synchronised step's wait (0 without a measurement)."""
+        return _differences_at(self.wait_points, micro)
 
     def host_seconds(self, micro: int) -> float:
-        """A step's host work at ``micro`` (0 without a measurement): between two measured sizes
-        the line through them, beyond them the nearest one's."""
-        if not self.host_points:
-            return 0.0
-        first, last = min(self.host_points), max(self.host_points)
-        return _between(self.host_points, micro, lambda: first[1] if micro < first[0] else last[1])
+        """T_host(micro), a step's host work (0 without a measurement)."""
+        return _differences_at(self.host_points, micro)
 
     def memory_bytes(self, micro: int, devices: int = 1, sharded: bool = False) -> float:
         """A process's peak bytes at ``micro`` samples per pass: between two measured sizes the
@@ -217,6 +207,16 @@ class Bench:
             raise DateError(f"{path}: its sizes and times must be finite, non-negative numbers, "
                             "no time above a day and β positive; run date bench again.")
         return bench
+
+
+def _differences_at(points, micro: int) -> float:
+    """A time the bench got as a difference of two medians (0 without points): between two
+    measured sizes the line through them, beyond them the nearest one's (too noisy to extend a
+    slope from)."""
+    if not points:
+        return 0.0
+    first, last = min(points), max(points)
+    return _between(points, micro, lambda: first[1] if micro < first[0] else last[1])
 
 
 def _between(points, x: float, beyond) -> float:

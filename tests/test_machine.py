@@ -72,6 +72,9 @@ def test_threads_follow_the_idle_cores_and_a_users_setting(monkeypatch):
     assert choose_threads(4, {}, idle=2.6)[0] == 1 and choose_threads(1, {}, idle=0.0)[0] == 1
     assert choose_threads(1, {"OMP_NUM_THREADS": "6"}, idle=0.0) == (6, "OMP_NUM_THREADS")
     assert choose_threads(2, {"OMP_NUM_THREADS": "x"}, idle=8.0)[0] == 4  # not a number: ignored
+    # a resumed run keeps the threads it began with, unless the user sets them
+    assert choose_threads(1, {}, idle=8.0, kept=3)[0] == 3
+    assert choose_threads(1, {"OMP_NUM_THREADS": "6"}, idle=8.0, kept=3)[0] == 6
 
 
 def test_idle_cores_are_read_from_the_kernels_counters(tmp_path, monkeypatch):

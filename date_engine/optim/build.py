@@ -11,7 +11,7 @@ import torch
 from date_engine.catalog import CATALOG, LAYER_RATIO_DEFAULTS, OptimizerSettings, entry
 from date_engine.optim.date import DATE
 
-__all__ = ["build_base_optimizer", "build_optimizer"]
+__all__ = ["build_base_optimizer", "build_optimizer", "state_bytes"]
 
 
 def build_base_optimizer(params: Iterable[Any], name: str, options: Mapping[str, Any],
@@ -81,3 +81,12 @@ def build_optimizer(params: Iterable[Any], settings: Any, lr: float) -> torch.op
     if CATALOG[settings.name].family == "layerwise":
         return base
     return DATE(base, **settings.layer_ratio)
+
+
+def state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """The bytes an optimizer keeps between steps: its state (a DATE's is its base's) and its
+    per-parameter buffers (DATE's scratch, LAMB's update)."""
+    tensors = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    tensors += list(getattr(optimizer, "_scratch", {}).values())
+    tensors += list(getattr(optimizer, "_u", {}).values())
+    return sum(t.numel() * t.element_size() for t in tensors if t.dim() > 0)

@@ -36,7 +36,7 @@ import torch.distributed as dist
 
 from date_engine.errors import DateError
 from date_engine.machine import choose_threads, describe
-from date_engine.optim.build import build_optimizer
+from date_engine.optim.build import build_optimizer, state_bytes
 from date_engine.recipes import DataOptions, get_recipe
 from date_engine.runplan import resolve_plan
 from date_engine.schedule import set_lr
@@ -80,13 +80,17 @@ def _cycle(loader: torch.utils.data.DataLoader) -> Iterator[Any]:
         yield from loader
 
 
-def _pass(module: torch.nn.Module, micro: int, recipe, data, rt) -> Callable[[], None]:
-    """One forward and backward pass of ``module`` on the loader's next micro-batch (read and
-    collated as the trainer's loader does it: a pass that reused one batch would time warm caches
-    and no loading)."""
-    batches = _cycle(torch.utils.data.DataLoader(
+def _batches(data, micro: int) -> Iterator[Any]:
+    """Micro-batches of ``micro`` training samples, read and collated as the trainer's loader
+    does it (a pass that reused one batch would time warm caches and no loading)."""
+    return _cycle(torch.utils.data.DataLoader(
         data.train, batch_size=micro, shuffle=True, drop_last=micro <= len(data.train),
         collate_fn=data.collate, generator=torch.Generator().manual_seed(micro)))
+
+
+def _pass(module: torch.nn.Module, micro: int, recipe, data, rt) -> Callable[[], None]:
+    """One forward and backward pass of ``module`` on the next micro-batch (:func:`_batches`)."""
+    batches = _batches(data, micro)
 
     def work() -> None:
         batch = to_device(next(batches), rt.device)
@@ -148,7 +152,6 @@ def measure(config: dict) -> Bench | None:
         # the peak of a pass at each size, smallest first, with the gradients and the optimizer's
         # state (made by the timed steps) in memory
         peaks = [(m, *rt.peak_memory(passes["plain", m])) for m in sorted(config["micro_batches"])]
-        state_bytes = _state_bytes(optimizer)
 
         parameters = sum(p.numel() for p in model.parameters())
         gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
@@ -179,7 +182,7 @@ def measure(config: dict) -> Bench | None:
                       gradient_bytes, a, c, step, link, tuple(points), tuple(reduced),
                       tuple(notes), memory_points=tuple((m, float(b)) for m, b, _ in peaks),
                       model_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
-                      state_bytes=state_bytes, memory_source=peaks[0][2],
+                      state_bytes=state_bytes(optimizer), memory_source=peaks[0][2],
                       host_points=host)
         if measured is None:
             return bench
@@ -201,11 +204,7 @@ class _Steps:
         self.steps, self.plan, self.data, self.rt = steps, plan, data, rt
 
     def step_at(self, micro: int) -> Callable[[], None]:
-        batches = _cycle(torch.utils.data.DataLoader(
-            self.data.train, batch_size=micro, shuffle=True,
-            drop_last=micro <= len(self.data.train), collate_fn=self.data.collate,
-            generator=torch.Generator().manual_seed(micro)))
-        steps = self.steps
+        batches, steps = _batches(self.data, micro), self.steps
 
         def work() -> None:
             set_lr(steps.optimizer, self.plan, 1)
@@ -228,22 +227,6 @@ def _runner(model, recipe, data, rt, plan, wrap) -> _Steps:
     wrapped = wrap(own) if wrap is not None else own
     return _Steps(StepRunner(own, wrapped, optimizer, None, recipe, data, rt, 1,
                              measure_noise=True), plan, data, rt)
-
-
-def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
-    """The bytes an optimizer keeps between steps: its state (and a DATE's base's) and scratch."""
-    seen, total = set(), 0
-    for opt in (optimizer, getattr(optimizer, "base", None)):
-        for state in (opt.state.values() if opt is not None else ()):
-            for value in state.values():
-                if torch.is_tensor(value) and value.dim() > 0 and id(value) not in seen:
-                    seen.add(id(value))
-                    total += value.numel() * value.element_size()
-    for value in getattr(optimizer, "_scratch", {}).values():
-        if torch.is_tensor(value) and id(value) not in seen:
-            seen.add(id(value))
-            total += value.numel() * value.element_size()
-    return total
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -65,10 +65,8 @@ def _run(config: RunConfig, options: LaunchOptions) -> int:
     if job_environment().launcher != "none":  # a process of a job torchrun or srun started
         die_with_parent()
         return trainer.run(config)
-    threads, why = choose_threads(options.nproc)
-    kept = RunFolder(config.output_dir).read_threads() if config.resume else None
-    if kept and why != "OMP_NUM_THREADS":
-        threads, why = kept, "as this run began: it resumes bit for bit"
+    threads, why = choose_threads(options.nproc, kept=RunFolder(config.output_dir).read_threads()
+                                  if config.resume else None)
     config = dataclasses.replace(config, threads=threads, threads_why=why)
     if not options.needs_agent:
         import torch

@@ -60,14 +60,16 @@ class MicroBatchSampler(Sampler[list[int]]):
         position, order, epoch = self.start + self.rank, [], -1
         for micro, count in self.sizes:
             for _ in range(count):
-                batch = []
-                for offset in range(position, position + micro * world, world):
-                    if offset // n != epoch:
-                        epoch = offset // n
+                batch: list[int] = []
+                while len(batch) < micro:  # a slice of each epoch the micro-batch reaches
+                    if position // n != epoch:
+                        epoch = position // n
                         order = self.epoch_indices(epoch)
-                    batch.append(order[offset % n])
+                    offset = position % n
+                    take = min(micro - len(batch), -(-(n - offset) // world))
+                    batch += order[offset:offset + take * world:world]
+                    position += take * world
                 yield batch
-                position += micro * world
 
 
 def loader(data, planned, rank: int, seed: int, start: int, stop_at: int, num_workers: int,
