@@ -13,16 +13,23 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.bounds import hang_limit
 from tests.conftest import RECIPES, ROOT
 
 SPEC = str(RECIPES / "lenet-digits.yaml")
 SHORT = ["--set", "baseline.epochs=10", "--set", "baseline.warmup_epochs=0.5"]  # 57 steps at 256
 TWO = ["--batch", 256, "--nproc", 2, *SHORT, "--set", "train.checkpoint_every=4"]
+IDLE_S = 30.0
+"""The idle duration of a process a test starts here without naming its own (``idle_s``): every
+such process took at most 30 s on the idle development VM under `-n 2` (DATE_TEST_TIMES,
+tests/bounds.py), so each is killed as hung after hang_limit(30) = 10 minutes."""
 
 
-def run_group(cmd, env=None, timeout=240, cwd=ROOT):
-    """Run a command in its own process group; on timeout kill the whole group (torchrun's
-    workers included), so that a hang fails the test without leaving processes behind."""
+def run_group(cmd, env=None, idle_s=IDLE_S, cwd=ROOT):
+    """Run a command in its own process group; once it has run hang_limit(``idle_s``) seconds
+    kill the whole group (torchrun's workers included), so that a hang fails the test without
+    leaving processes behind. ``idle_s``: how long the command takes on an idle machine."""
+    timeout = hang_limit(idle_s)
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", **(env or {})}
     proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=full_env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -35,7 +42,8 @@ def run_group(cmd, env=None, timeout=240, cwd=ROOT):
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
-def in_one_job(out: Path, runs: dict[str, list], nproc: int = 1, timeout=900) -> dict[str, dict]:
+def in_one_job(out: Path, runs: dict[str, list], nproc: int = 1,
+               idle_s: float = IDLE_S) -> dict[str, dict]:
     """`date scale` runs (name -> its arguments, spec first) one after the other in one job
     (tests/one_job.py): one interpreter for one process, one torchrun job for more, each run
     joining it as `date scale` does inside a job torchrun started. Name -> rank 0's record (exit
@@ -47,7 +55,7 @@ def in_one_job(out: Path, runs: dict[str, list], nproc: int = 1, timeout=900) ->
     job = [sys.executable, *module] if nproc == 1 else \
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", nproc, "--standalone",
          *module]
-    result = run_group(job, timeout=timeout)
+    result = run_group(job, idle_s=idle_s)
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = [[json.loads(line) for line in (out / f"records-{rank}.jsonl").read_text().splitlines()]
              for rank in range(nproc)]
@@ -57,8 +65,10 @@ def in_one_job(out: Path, runs: dict[str, list], nproc: int = 1, timeout=900) ->
     return {r["run"]: r for r in ranks[0]}
 
 
-def finish(proc, timeout=240):
-    """communicate() with a process started in its own session; kill its group on timeout."""
+def finish(proc, idle_s=IDLE_S):
+    """communicate() with a process started in its own session; kill its group as hung after
+    hang_limit(``idle_s``) seconds."""
+    timeout = hang_limit(idle_s)
     try:
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -66,9 +76,9 @@ def finish(proc, timeout=240):
         pytest.fail(f"timed out after {timeout} s: {proc.args}")
 
 
-def date(*args, env=None, timeout=240):
+def date(*args, env=None, idle_s=IDLE_S):
     """Run `python -m date_engine ...` as a user would; returns the CompletedProcess."""
-    return run_group([sys.executable, "-m", "date_engine", *args], env=env, timeout=timeout)
+    return run_group([sys.executable, "-m", "date_engine", *args], env=env, idle_s=idle_s)
 
 
 def final_model(run_dir: Path) -> dict[str, torch.Tensor]:

@@ -117,4 +117,8 @@ def test_the_noise_scale_hook_reads_what_a_loop_already_has():
         big = float(torch.stack(grads).mean(0).square().sum())
         noise.update(small, big, micro, micro * n)
     expected = sigma2 * dim / float(true_g.square().sum())  # tr(Σ) / |G|²
-    assert noise.scale == pytest.approx(expected, rel=0.15)
+    # bound: statistical: a step's |G|² estimate (|G|² = 10) has σ ≈ 8 here (|G_b|² of 8
+    # samples σ ≈ 22, of 32 σ ≈ 5.6, in (32·S − 8·s)/24); the average over ~180 steps' worth
+    # (half-life 62 steps) σ ≈ 6%, the ratio's about as much: 0.35 is 5σ, and the draws are
+    # seeded (torch's CPU generator gives them on any machine)
+    assert noise.scale == pytest.approx(expected, rel=0.35)

@@ -13,6 +13,7 @@ from date_engine.optim import DATE, LARS
 from date_engine.optim.build import build_base_optimizer, build_optimizer
 from date_engine.schedule import plan_scheduler
 from date_engine.spec import OptimizerSpec
+from tests.bounds import close_within, float64_formula
 from tests.conftest import LENET, lenet_spec
 
 
@@ -73,7 +74,9 @@ def test_bases_take_torchs_fastest_step(name):
     assert bool(group.get("fused")) is has_fused and bool(group["foreach"]) is not has_fused
     loop, w_loop = trained({"foreach": False})
     assert not loop.param_groups[0].get("fused") and loop.param_groups[0]["foreach"] is False
-    torch.testing.assert_close(w, w_loop, rtol=1e-5, atol=1e-6)
+    # the two paths order and fuse the same update of the same gradients differently: at most
+    # 18 roundings a step (the update's 16 and two stores), 5 steps
+    torch.testing.assert_close(w, w_loop, **close_within(torch.float32, 18 * 5, w.abs().max()))
 
 
 def test_date_over_the_base_with_the_plans_rule():
@@ -124,7 +127,8 @@ def test_scheduler_gives_every_optimizer_step_the_plan_lr():
         used.append(opt.param_groups[0]["lr"])  # the LR this optimizer step runs at
         opt.step()
         sched.step()
-    assert used == pytest.approx(plan.lrs(), rel=1e-12)
+    # LambdaLR: η0 times plan.lr(s)/η0, two roundings on plan.lr(s)
+    assert used == pytest.approx(plan.lrs(), rel=float64_formula(2))
 
 
 def test_scheduler_state_round_trips_through_torch_save():

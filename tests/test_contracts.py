@@ -13,6 +13,7 @@ from date_engine import DATE, LAMB, LARS, derive_plan, load_spec, resolve_plan
 from date_engine.data.idx import check_labels
 from date_engine.errors import DataError
 from date_engine.optim.build import build_optimizer
+from tests.bounds import close_within
 from tests.conftest import RECIPES
 
 
@@ -69,7 +70,9 @@ def test_lamb_on_complex_parameters_is_lamb_on_their_real_pairs():
         z.grad, r.grad = g.clone(), torch.view_as_real(g).clone()
         complex_opt.step()
         real_opt.step()
-    assert torch.allclose(torch.view_as_real(z.detach()), r.detach(), rtol=1e-6, atol=1e-7)
+    # float32, 3 steps of LAMB's norms (12 entries each) and update in another order
+    torch.testing.assert_close(torch.view_as_real(z.detach()), r.detach(), **close_within(
+        torch.float32, (2 * 25 + 22) * 3, r.detach().abs().max().item()))
 
 
 def test_lamb_refuses_float16_parameters():

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from date_engine.api import baseline, optimizer_for, plan_for
+from tests.bounds import close_within
 
 pytestmark = [
     pytest.mark.cuda,
@@ -71,8 +72,12 @@ def test_date_steps_on_the_gpu_as_on_the_cpu(name):
             for p, g in zip(model.parameters(), grads):
                 p.grad = g.to(device)
             optimizers[device].step()
+    largest = max(p.numel() for p in models["cpu"].parameters())
     for a, b in zip(models["cpu"].parameters(), models["cuda"].parameters()):
-        torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-4, atol=1e-6)
+        # 5 steps, each a layer's two norms (n + 1 roundings each, in the device's order), the
+        # ratio (6) and the base's update and stores (18)
+        torch.testing.assert_close(b.detach().cpu(), a.detach(), **close_within(
+            torch.float32, 5 * (2 * (largest + 1) + 24), a.detach().abs().max().item()))
 
 
 def test_fp16_with_its_grad_scaler_trains():

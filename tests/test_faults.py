@@ -21,6 +21,7 @@ from date_engine.data.prepare import write_idx
 from date_engine.runfolder import RunFolder
 from date_engine.train import checkpoint as ckpt
 from date_engine.train.launch import job_exit_code
+from tests.bounds import hang_limit
 from tests.conftest import RECIPES
 from tests.runs import ROOT, SHORT, SPEC, TWO, date, final_model, finish, metrics, start
 
@@ -31,10 +32,11 @@ pytestmark = pytest.mark.slow
 CKPT2 = ["--set", "train.checkpoint_every=2"]
 
 
-def wait_for(condition, timeout=120, what="the condition"):
-    """Poll ``condition`` (no sleeping for a guessed time); fail after ``timeout`` seconds."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+def wait_for(condition, idle_s=15, what="the condition"):
+    """Poll ``condition`` (no sleeping for a guessed time); fail as hung after
+    hang_limit(``idle_s``) seconds (the runs waited for here took at most 15 s idle)."""
+    deadline = time.monotonic() + hang_limit(idle_s)
+    while time.monotonic() < deadline:
         if condition():
             return
         time.sleep(0.05)
@@ -260,7 +262,7 @@ def test_a_signal_after_the_loop_ends_is_noted_not_obeyed(tmp_path, signals, cod
     there, it would take its peers down in that collective (a traceback on rank 0 in CI)."""
     out = tmp_path / "run"
     result = subprocess.run([sys.executable, "-c", LATE_SIGNAL, str(out), signals, SPEC],
-                            cwd=ROOT, capture_output=True, text=True, timeout=240,
+                            cwd=ROOT, capture_output=True, text=True, timeout=hang_limit(12),
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == code, result.stdout + result.stderr
     assert "Traceback" not in result.stderr, result.stderr

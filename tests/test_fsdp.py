@@ -16,6 +16,7 @@ import json
 import pytest
 import torch
 
+from tests.bounds import gamma, runs_bound
 from tests.runs import SPEC, date, final_model, max_relative_difference, metrics
 
 pytestmark = pytest.mark.slow
@@ -51,17 +52,19 @@ def test_fsdp_trains_as_ddp_step_for_step(name, tmp_path):
     assert list((fsdp / "checkpoints").glob("step-*.dcp")), "fsdp writes a folder of shards"
     a, b = final_model(ddp), final_model(fsdp)
     assert a.keys() == b.keys()
-    assert max_relative_difference(a, b) <= 1e-5
+    assert max_relative_difference(a, b) <= runs_bound(STEPS)  # measured: 9e-8 to 3e-7
     logged_a, logged_b = metrics(ddp), metrics(fsdp)
     assert [r["step"] for r in logged_a] == [r["step"] for r in logged_b]
     for x, y in zip(logged_a, logged_b):
         # the gradient's norm: a gradient summed over the processes, not averaged (pytorch
         # 162338, gloo has no AVG), would read twice as large
+        # the weights' difference so far, and the norms' own sums in another order
+        within = runs_bound(x["step"]) + gamma(4 * 64 * 64, torch.float32)
         if "grad_norm" in x:
-            assert y["grad_norm"] == pytest.approx(x["grad_norm"], rel=1e-4)
+            assert y["grad_norm"] == pytest.approx(x["grad_norm"], rel=within)
         for key in RATIOS:  # the per-layer ratios each step applied
             if key in x:
-                assert y[key] == pytest.approx(x[key], rel=1e-4), (key, x["step"])
+                assert y[key] == pytest.approx(x[key], rel=within), (key, x["step"])
     if name.startswith("date"):
         assert any(key in x for x in logged_a for key in RATIOS)
 
@@ -102,7 +105,7 @@ def test_a_folder_of_shards_resumes_at_another_number_of_processes(first, then, 
     moved = _scale(out, "--parallel", "fsdp", "--resume", "--force-replan", nproc=then,
                    steps=30, overrides=OPTIMIZERS["date-momentum"])
     assert "continuing its weights at step 10" in " ".join(moved.stdout.split())
-    assert max_relative_difference(final_model(fsdp_thirty), final_model(out)) <= 1e-5
+    assert max_relative_difference(final_model(fsdp_thirty), final_model(out)) <= runs_bound(30)
 
 
 def test_a_checkpoint_of_the_other_parallel_kind_is_refused(fsdp_thirty, tmp_path):
@@ -139,7 +142,8 @@ def test_a_transformer_with_a_tied_head_trains_under_fsdp_as_under_ddp(tmp_path)
         runs[parallel] = tmp_path / parallel
         result = date("scale", RECIPES / "bert-mlm.yaml", "--batch", 32, "--nproc", 2,
                       "--max-steps", 60, "--parallel", parallel, *_sets(sets),
-                      "-o", runs[parallel], timeout=300)
+                      "-o", runs[parallel])
         assert result.returncode == 0, result.stdout + result.stderr
     a, b = final_model(runs["ddp"]), final_model(runs["fsdp"])
-    assert a.keys() == b.keys() and max_relative_difference(a, b) <= 1e-5
+    # a transformer's step has more sums in it: attention and MLP widths of the recipe's model
+    assert a.keys() == b.keys() and max_relative_difference(a, b) <= runs_bound(60, 4 * 220)

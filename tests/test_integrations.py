@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from date_engine import DateError, plan_for
 from date_engine.cli import app
+from tests.bounds import close_within, float64_formula, hang_limit
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "examples"))
@@ -185,7 +186,9 @@ def test_the_api_builds_the_plans_optimizer_and_schedule():
             run.plan.optimizer.options["weight_decay"])
     scheduler = scheduler_for(plain, run)
     for step in range(1, run.plan.total_iterations + 1):
-        assert plain.param_groups[0]["lr"] == pytest.approx(run.plan.lr(step), rel=1e-12)
+        # LambdaLR: η0 times plan.lr(s)/η0, two roundings on plan.lr(s)
+        assert plain.param_groups[0]["lr"] == pytest.approx(run.plan.lr(step),
+                                                            rel=float64_formula(2))
         plain.step()
         scheduler.step()
     assert run.split.batch == 128 and run.split.accumulation_steps == 2
@@ -203,7 +206,7 @@ def _watched(example: str, tmp_path) -> dict:
         done = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
              "2", str(ROOT / "tests" / "integration_worker.py"), example, str(out)],
-            cwd=ROOT, capture_output=True, text=True, timeout=300,
+            cwd=ROOT, capture_output=True, text=True, timeout=hang_limit(12),
             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
         if done.returncode == 0:
             break
@@ -228,7 +231,7 @@ def test_each_tool_trains_the_plan_step_by_step_on_two_processes(example, packag
     assert len(steps) == plan.total_iterations >= 30
     options = plan.optimizer.options
     for i, step in enumerate(steps, start=1):
-        assert step["lr"] == pytest.approx(plan.lr(i), rel=1e-9), i
+        assert step["lr"] == pytest.approx(plan.lr(i), rel=float64_formula(2)), i  # LambdaLR
         assert tuple(step["betas"]) == options["betas"] and step["eps"] == options["eps"]
         assert step["weight_decay"] == options["weight_decay"]
         assert step["samples"] == split.batch, i
@@ -273,7 +276,8 @@ def test_the_hf_trainer_ends_where_date_scale_does(tmp_path, monkeypatch):
     (tmp_path / "same_run.py").write_text(SAME_RUN)
     (tmp_path / "same.yaml").write_text(SAME_SPEC)
     subprocess.run([sys.executable, "-m", "date_engine", "scale", "same.yaml", "--batch", "128",
-                    "-o", "run"], cwd=tmp_path, check=True, capture_output=True, timeout=300,
+                    "-o", "run"], cwd=tmp_path, check=True, capture_output=True,
+                   timeout=hang_limit(10),
                    env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"})
     checkpoint = max((tmp_path / "run" / "checkpoints").glob("*.pt"))
     ours = torch.load(checkpoint, weights_only=False)["model"]
@@ -305,8 +309,10 @@ def test_the_hf_trainer_ends_where_date_scale_does(tmp_path, monkeypatch):
     for name in ours:
         moved = (ours[name] - start[name]).abs().max().item()
         assert moved > 1e-3, name  # both trained
-        assert torch.allclose(ours[name], theirs[name], rtol=0, atol=2e-6), \
-            (name, (ours[name] - theirs[name]).abs().max().item())
+        # 20 steps, each the gradient of 2 micro-batches of 64 through 64-32-10 (under 120
+        # roundings an entry, in another order by each trainer) and AdamW's update (18)
+        within = close_within(torch.float32, 20 * (120 + 18), ours[name].abs().max().item())
+        torch.testing.assert_close(theirs[name], ours[name], msg=name, **within)
 
 
 @pytest.mark.slow
@@ -315,7 +321,7 @@ def test_each_example_runs_on_one_process(example):
     pytest.importorskip({"hf_trainer": "transformers", "lightning_trainer": "lightning",
                          "accelerate_loop": "accelerate"}[example])
     out = subprocess.run([sys.executable, str(ROOT / "examples" / f"{example}.py")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120,
+                         capture_output=True, text=True, timeout=hang_limit(7),
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert "32 steps at batch 128" in out.stdout

@@ -19,7 +19,7 @@ TABLE = re.compile(r"^\s*[│┃┏┡└┌┗├╭╰─━┤┬┴┼╇╈
 
 def _date(*args, cwd, code=0):
     """`date ...` with a terminal wide enough that a message is one line."""
-    result = run_group([sys.executable, "-m", "date_engine", *args], cwd=cwd, timeout=400,
+    result = run_group([sys.executable, "-m", "date_engine", *args], cwd=cwd, idle_s=35,
                        env={"COLUMNS": "100000", "OMP_NUM_THREADS": "1"})
     assert result.returncode == code, result.stderr[-2000:]
     return result.stdout + result.stderr

@@ -24,6 +24,7 @@ from date_engine.data.mlm import (
 )
 from date_engine.data.wordpiece import train_vocabulary
 from date_engine.errors import DataMissing
+from tests.bounds import close_within
 
 ANIMALS = ["cat", "dog", "bird", "horse", "fox"]
 PLACES = ["mat", "roof", "tree", "field", "hill"]
@@ -118,6 +119,9 @@ def test_masking_chooses_15_percent_and_splits_them_80_10_10():
     inputs, labels = mask_tokens(tokens, 1000, torch.Generator().manual_seed(1))
     chosen = labels != IGNORE
     assert not chosen[:, 0].any() and not chosen[:, -1].any()  # specials are never chosen
+    # bound: statistical, for every tolerance below: 512·126 = 64,512 positions drawn with
+    # p = 0.15 (σ = 0.0014), of them ~9,700 split 80/10/10 (σ 0.004 and 0.003); each bound is
+    # 2.5–3.6σ of another seed, and this draw is seeded (the same on any machine)
     assert chosen.float().mean().item() * 128 / 126 == pytest.approx(0.15, abs=0.005)
     assert torch.equal(labels[chosen], tokens[chosen])  # labels: the original tokens
     masked = (inputs == MASK) & chosen
@@ -146,10 +150,14 @@ def test_padding_tokens_change_no_other_position():
     with torch.no_grad():
         logits = model(ids, padding=padding)
         unpadded = model(ids[:, :4])
-    assert torch.allclose(logits[:, :4], unpadded, atol=1e-5)
-    assert torch.allclose(logits[0, :4], logits[1, :4], atol=1e-5)
+    # the same values through other shapes of the same sums: a layer's attention (dot products
+    # of 16, a softmax over ≤ 6, sums of ≤ 6), its two layer norms (16 each), its MLP (16 and 32)
+    # and the head (16): under 200 roundings, each at most u of the largest logit
+    within = close_within(torch.float32, 200, unpadded.abs().max().item())
+    torch.testing.assert_close(logits[:, :4], unpadded, **within)
+    torch.testing.assert_close(logits[0, :4], logits[1, :4], **within)
     with torch.no_grad():  # without the mask the padding is attended to, and changes them
-        assert not torch.allclose(model(ids)[0, :4], unpadded[0], atol=1e-3)
+        assert (model(ids)[0, :4] - unpadded[0]).abs().max() > 100 * within["atol"]
 
 
 @pytest.mark.slow
@@ -174,7 +182,7 @@ def test_a_tiny_model_trained_by_date_scale_beats_the_most_frequent_token(tmp_pa
                   # steps (50.5% against the unigram's 31.7%; without them 39.4%); the recipe ships
                   # them off because on real text they stall (docs/results.md, "Transformers")
                   "--set", "date.layer_ratio.mode=dynamic",
-                  "-o", tmp_path / "run", timeout=300)
+                  "-o", tmp_path / "run")
     assert result.returncode == 0, result.stdout + result.stderr
     labels = torch.stack([label for _, label in data.eval])
     masked = labels[labels != IGNORE]

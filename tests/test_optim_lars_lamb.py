@@ -9,7 +9,14 @@ import torch
 
 from date_engine.optim import LAMB, LARS
 from date_engine.optim.reference import ReferenceLAMB, ReferenceLARS
-from tests.test_optim_date import assert_relative_error, gradients, make_params, run
+from tests.bounds import close_within, float64_formula, steps_bound, units
+from tests.test_optim_date import (
+    KERNEL_ROUNDINGS,
+    assert_relative_error,
+    gradients,
+    make_params,
+    run,
+)
 
 CASES = {
     "lars": (LARS, ReferenceLARS, dict(lr=0.1, momentum=0.9), dict(lr=0.05, weight_decay=1e-2)),
@@ -50,21 +57,36 @@ def test_matches_per_parameter_reference(case, fused):
     opt = build(cls, a, opts0, opts1, fused=fused)
     got = run(opt, a, grads)
     assert opt.implementation == ("fused" if fused else "foreach")
-    want = run(build(ref_cls, b, opts0, opts1), b, grads)
-    for name in got:
-        torch.testing.assert_close(got[name], want[name], rtol=1e-9, atol=1e-12, msg=name)
+    trace = {}
+    want = run(build(ref_cls, b, opts0, opts1), b, grads, trace)
+    for name in got:  # float64 both; each step rounds an element at most KERNEL_ROUNDINGS times
+        torch.testing.assert_close(got[name], want[name], msg=name, **close_within(
+            torch.float64, KERNEL_ROUNDINGS * len(grads), trace["largest"][name]))
     assert not torch.equal(got["w1"], make_params()["w1"]), "the parameters moved"
     assert torch.equal(got["nograd"], make_params()["nograd"])
 
 
 @pytest.mark.parametrize("case", ["lars", "lamb"])
-def test_fused_host_path_in_float32_stays_within_1e6_of_float64_over_100_steps(case):
-    """The fused host path in float32 against the (reference-checked) foreach path in float64."""
+def test_fused_host_path_in_float32_stays_within_its_rounding_bound_over_100_steps(case):
+    """The fused host path in float32 against the (reference-checked) foreach path in float64,
+    within the bound float32's roundings allow (tests/bounds.py: steps_bound; measured on the
+    development VM: LARS 9.2e-7, LAMB 2.4e-7)."""
     cls, _, opts0, opts1 = CASES[case]
-    a, b = make_params(torch.float32), make_params()
+    a, b, trace = make_params(torch.float32), make_params(), {}
     got = run(build(cls, a, opts0, opts1), a, gradients(torch.float32, steps=100, seed=2))
-    want = run(build(cls, b, opts0, opts1, fused=False), b, gradients(steps=100, seed=2))
-    assert_relative_error(got, want, 1e-6)
+    want = run(build(cls, b, opts0, opts1, fused=False), b, gradients(steps=100, seed=2), trace)
+    decay = max(opts0.get("weight_decay", 0), opts1.get("weight_decay", 0))
+    # bound: steps_bound; LARS's momentum and LAMB's first moment (β = 0.9) carry 10 steps'
+    # roundings; LARS enters lr·r through torch's SGD kernel as 1 − dampening, rounded at the
+    # size of g + λw; a trust ratio depends on ‖w‖ (LARS: sensitivity 1; LAMB's ‖w‖/‖u‖ with
+    # λw inside u: 2)
+    bound = steps_bound(torch.float32, trace["weights"], trace["steps"],
+                        roundings=KERNEL_ROUNDINGS, memory=10,
+                        gradients=[g + decay * w for g, w in
+                                   zip(trace["gradients"], trace["weights"])]
+                        if case == "lars" else [],
+                        sensitivity=1 if case == "lars" else 2)
+    assert_relative_error(got, want, bound)
 
 
 @pytest.mark.parametrize("case", ["lars", "lamb"])
@@ -114,7 +136,8 @@ def test_lamb_group_without_layer_ratio_is_adam_with_l2():
         p.grad, q.grad = g["w1"].clone(), g["w1"].clone()
         lamb.step()
         adam.step()
-    torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-12)
+    # float64, 5 steps of Adam's update in another order (16 roundings and 2 stores a step)
+    torch.testing.assert_close(p, q, **close_within(torch.float64, 18 * 5, q.abs().max().item()))
 
 
 @pytest.mark.parametrize("case", ["lars", "lamb"])
@@ -152,17 +175,18 @@ def test_the_per_layer_trust_ratio_is_the_tensor_one():
         want = trust_ratio(torch.tensor(w, dtype=torch.float64),
                            torch.tensor(g, dtype=torch.float64), **options).tolist()
         got = [trust_ratio_value(a, b, **options) for a, b in zip(w, g)]
-        assert got == pytest.approx(want, rel=1e-12), options
+        # bound: the same formula in Python floats and in float64 tensors: ≤ 8 operations each
+        assert got == pytest.approx(want, rel=float64_formula(8), nan_ok=True), options
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("case", ["lars", "lars-clipped", "lamb", "lamb-clipped"])
-def test_every_dtype_on_both_paths_is_as_close_to_float64_as_the_other(case, dtype):
+def test_every_dtype_on_both_paths_is_within_its_rounding_bound_of_float64(case, dtype):
     """In float16/bfloat16 the host path may only take torch's fused kernels that compute right
     in that dtype (torch 2.13's fused SGD kernel, LARS's, did not write the parameters there:
-    143 units off): the fused and the foreach path are each within twice the other's distance
-    from the float64 reference run from the same rounded values, plus one ulp."""
-    from tests.test_optim_date import cast, error_of
+    143 units off): the fused and the foreach path are each within the bound of their roundings
+    of the float64 reference run from the same rounded values (measured: at most 3.1 units)."""
+    from tests.test_optim_date import DTYPE_STEPS, cast, error_of
 
     cls, ref_cls, opts0, opts1 = CASES[case]
     if dtype in cls.refused_dtypes:
@@ -170,9 +194,16 @@ def test_every_dtype_on_both_paths_is_as_close_to_float64_as_the_other(case, dty
         with pytest.raises(ValueError, match=str(dtype)):
             run(build(cls, params, opts0, opts1), params, [cast(gradients()[0], dtype)])
         return
-    grads64 = gradients(steps=5, seed=3)
+    grads64 = gradients(steps=DTYPE_STEPS, seed=3)
     grads = [cast(g, dtype) for g in grads64]
-    errors = {}
+    # bound: each path rounds an element of a step at most KERNEL_ROUNDINGS times in float32,
+    # each by at most one unit (u times the parameter's largest entry, which bounds the step and
+    # the state in this layout): units(84·5) = 164; in float16 and bfloat16 a norm's sum
+    # accumulates in float32 (torch's reductions of half types do), so in the dtype a step
+    # rounds its two norms, the ratio (4), the update (16) and its stores (2): units(24·5) = 88,
+    # below the 143 units the fused SGD kernel's float16 defect cost LARS
+    roundings = KERNEL_ROUNDINGS if dtype == torch.float32 else 24
+    bound = units(roundings * DTYPE_STEPS)
     for fused in (True, False):
         params = {n: torch.nn.Parameter(v) for n, v in cast(make_params(), dtype).items()}
         exact = {n: torch.nn.Parameter(p.detach().double().clone()) for n, p in params.items()}
@@ -180,10 +211,8 @@ def test_every_dtype_on_both_paths_is_as_close_to_float64_as_the_other(case, dty
         got = run(opt, params, grads)
         want = run(build(ref_cls, exact, opts0, opts1), exact,
                    [{n: None if g is None else g.double() for n, g in s.items()} for s in grads])
-        errors[fused] = error_of(got, want)
-        assert errors[fused].isfinite().all(), (fused, errors[fused])
-    assert (errors[True] <= 2 * errors[False] + 2).all(), errors
-    assert (errors[False] <= 2 * errors[True] + 2).all(), errors
+        errors = error_of(got, want)
+        assert errors.isfinite().all() and (errors <= bound).all(), (fused, errors)
 
 
 def test_a_spec_s_phi_bounds_let_a_zero_initialised_layer_grow_under_lamb(lenet_raw):

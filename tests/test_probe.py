@@ -22,6 +22,7 @@ from date_engine.probe import (
 from date_engine.runfolder import RunFolder
 from date_engine.runplan import RunPlan
 from date_engine.spec import parse_spec
+from tests.bounds import float64_formula
 from tests.runs import SHORT, SPEC, date
 
 PROBE = [*SHORT, "--share", "0.1", "--points", "4"]
@@ -112,8 +113,10 @@ def test_budget_hold_trains_the_forecast_epochs_and_same_epochs_only_warns():
     hold = derive_plan(_spec(budget="hold"), 4096, noise_curve=FLAT)
     factor = (1000 + 4096) / (1000 + 128)
     assert same.total_iterations == math.ceil(128 * same.baseline_iterations / 4096)
-    assert same.forecast.factor == pytest.approx(factor, rel=1e-3)
-    assert hold.total_epochs == pytest.approx(factor * same.total_epochs, rel=1e-3)
+    # the midpoint rule sums 2,000 equal terms of a flat curve (exact but for its roundings)
+    within = float64_formula(2000 + 10)
+    assert same.forecast.factor == pytest.approx(factor, rel=within)
+    assert hold.total_epochs == pytest.approx(factor * same.total_epochs, rel=within)
     assert hold.total_iterations == math.ceil(hold.total_epochs * 60000 / 4096)
     assert hold.peak_lr == same.peak_lr and hold.warmup_epochs == same.warmup_epochs
     assert hold.lr(hold.total_iterations) <= hold.lr(same.total_iterations)  # decays over more
@@ -290,7 +293,7 @@ def test_probe_json_is_read_back_or_refused_in_one_sentence(tmp_path):
 def probed(tmp_path_factory):
     folder = tmp_path_factory.mktemp("probe") / "p"
     result = date("probe", SPEC, *PROBE, "-o", folder, "--set", "train.log_every=2",
-                  timeout=300)
+                  idle_s=8)
     assert result.returncode == 0, result.stdout + result.stderr
     return folder, result
 
@@ -383,8 +386,9 @@ def test_a_probe_stopped_in_its_lr_check_continues_there(probed, tmp_path):
     assert again.returncode == 0, again.stdout + again.stderr
     assert (folder / "run" / "metrics.jsonl").read_bytes() == trained  # not trained again
     got, want = Probe.read(folder / "probe.json"), Probe.read(probed[0] / "probe.json")
-    assert got.lr_check.loss == pytest.approx(want.lr_check.loss, rel=1e-5)
-    assert got.lr_check.baseline_loss == pytest.approx(want.lr_check.baseline_loss, rel=1e-5)
+    # the same command with the same threads (tests/conftest.py), continued bit for bit
+    assert got.lr_check.loss == want.lr_check.loss
+    assert got.lr_check.baseline_loss == want.lr_check.baseline_loss
 
 
 @pytest.mark.slow

@@ -76,6 +76,8 @@ def test_the_plan_rederives_every_batch_value_per_stage():
     # the schedule is continuous in samples: a stage change moves the LR by the peaks' ratio
     change = plan.ramp[3].first_step
     ratio = plan.lr(change) / plan.lr(change - 1)
+    # bound: besides the peaks' ratio, one step of the linear decay, whose shape falls by that
+    # step's samples over the samples left to the end (1.3e-3 here)
     assert ratio == pytest.approx(2**0.75, rel=0.02)
     symbols = [d.symbol for d in plan.derivations]
     assert {"B_j", "E_tot", "I"} <= set(symbols)
@@ -137,7 +139,7 @@ def test_the_noise_scale_has_risen_only_above_twice_its_lowest_measurable_value(
             noise.update(*_norms(grad_sq=1.0, trace=trace), 64, 128)
         assert noise.settled and not noise.risen
     low = noise.lowest
-    assert low == pytest.approx(noise.scale, rel=0.2) and low < 1000
+    assert low == noise.scale and low < 1000  # falling: the lowest is the latest
     for _ in range(12):
         noise.update(*_norms(grad_sq=1.0, trace=3 * low), 64, 128)
     assert noise.risen and noise.lowest == low
@@ -159,7 +161,7 @@ def test_a_noise_scale_hidden_in_the_noise_is_not_measurable():
     for _ in range(120):  # the gradient emerges: every estimate near 1
         noise.update(*_norms(grad_sq=1.0, trace=100.0), 64, 128)
     assert noise.estimate.significance > NoiseScale.SIGNIFICANCE and noise.measurable
-    assert noise.lowest == pytest.approx(noise.scale, rel=0.5)  # counted from here on
+    assert noise.lowest == noise.scale  # counted from here on, and falling towards 100
     again = NoiseScale(half_life=128 * 20)  # the error is part of a checkpoint's state
     again.load_state_dict(noise.state_dict())
     assert again.estimate == noise.estimate
@@ -454,6 +456,8 @@ def test_a_sweep_compares_budgets_side_by_side(probe_file, tmp_path):
     assert set(cells) == {"baseline", "date+same-epochs", "date+ramp", "date+ramp-planned"}
     same, ramped = cells["date+same-epochs"], cells["date+ramp"]
     assert same["status"] == ramped["status"] == "done"
+    # bound: the same epochs, to the last step's share of them: at 64 of lenet-digits'
+    # 1,437 samples a step is 0.45% of an epoch, 0.045% of 10
     assert same["epochs"] == pytest.approx(10.0, rel=0.01) and ramped["epochs"] > 10.0
     plan = json.loads((out / "cells" / "date+ramp-B64-s0" / "plan.json").read_text())
     assert plan["budget"] == "ramp" and ramped["steps"] == plan["total_iterations"]

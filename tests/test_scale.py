@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 
+from tests.bounds import float64_formula, hang_limit, runs_bound
 from tests.conftest import RECIPES, ROOT
 from tests.runs import (
     SHORT,
@@ -53,7 +54,9 @@ def test_accumulation_and_processes_reach_the_whole_batch_parameters(batch64_run
     that about tenfold; after 8 steps 1e-5 bounds it. A different data order is 1000× further."""
     whole = final_model(batch64_runs["whole"])
     for name in ("accumulate4", "gloo2x2"):
-        assert max_relative_difference(whole, final_model(batch64_runs[name])) < 1e-5, name
+        # lenet-digits ships RMSprop: its first steps are lr/√(1 − α) = 10·lr an entry
+        assert max_relative_difference(whole, final_model(batch64_runs[name])) <= \
+            runs_bound(8, amplification=10), name
     plan = json.loads((batch64_runs["gloo2x2"] / "plan.json").read_text())
     assert (plan["micro_batch"], plan["world_size"], plan["accumulation_steps"]) == (16, 2, 2)
 
@@ -188,13 +191,13 @@ def test_sigterm_finishes_the_step_checkpoints_and_resumes(uninterrupted, tmp_pa
         text=True,
         start_new_session=True,
     )
-    deadline = time.time() + 120
-    while time.time() < deadline and not (
+    deadline = time.monotonic() + hang_limit(5)  # three steps logged 5 s after the start, idle
+    while time.monotonic() < deadline and not (
         (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().count("\n") >= 3
     ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
-    stdout, stderr = finish(proc, timeout=120)
+    stdout, stderr = finish(proc, idle_s=10)
     assert proc.returncode == 128 + signal.SIGTERM, stdout + stderr
     assert "stopped by SIGTERM" in stdout and "Traceback" not in stderr
     saved = sorted((out / "checkpoints").glob("step-*.pt"))
@@ -334,4 +337,6 @@ def test_a_checkpoint_of_earlier_rules_keeps_its_plan_on_resume(tmp_path):
     then = Plan.from_dict(old)
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     later = [r for r in logged if r.get("lr") is not None and r["step"] > 10]
-    assert later and all(r["lr"] == pytest.approx(then.lr(r["step"]), rel=1e-6) for r in later)
+    # the LR the trainer set and logged: plan.lr(s) through its scheduler, a few roundings
+    assert later and all(r["lr"] == pytest.approx(then.lr(r["step"]), rel=float64_formula(4))
+                         for r in later)

@@ -7,7 +7,9 @@ import json
 import sys
 
 import pytest
+import torch
 
+from tests.bounds import gamma, runs_bound
 from tests.runs import run_group
 
 
@@ -19,14 +21,16 @@ def test_every_layerwise_optimizer_steps_a_sharded_model_as_the_unsharded_one():
     tensor's norm counts it once."""
     result = run_group([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", 2,
                         "--standalone", "-m", "tests.sharded_worker"],
-                       env={"OMP_NUM_THREADS": "1"}, timeout=300)
+                       env={"OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     rows = {r["optimizer"]: r for r in map(json.loads, result.stdout.splitlines())}
     mixed = rows.pop("norms: sharded, replicated")
-    assert mixed["norms"] == pytest.approx([mixed["whole"]] * 2, rel=1e-6)  # float32 sums
+    # a norm of 15 float32 values, its squares summed in two orders (then the root)
+    within = 2 * gamma(17, torch.float32)
+    assert mixed["norms"] == pytest.approx([mixed["whole"]] * 2, rel=within)
     assert set(rows) == {"date-sgd", "date-nesterov-loop", "date-adam", "lars", "lamb"}
     for row in rows.values():
-        assert row["weights"] <= 1e-5, row
-        assert row["ratios"] <= 1e-5, row
+        assert row["weights"] <= runs_bound(100), row  # 100 steps of the worker
+        assert row["ratios"] <= runs_bound(100), row
         assert row["all_reduces_per_step"] == [1], row  # no collective per parameter
         assert row["implementation"] in ("foreach", "loop"), row

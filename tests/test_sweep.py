@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import signal
 import subprocess
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 from date_engine.runfolder import RunFolder
+from tests.bounds import hang_limit
 from tests.conftest import ROOT
 from tests.runs import SPEC, date, final_model, finish
 
@@ -177,7 +177,8 @@ def test_an_interrupted_sweep_resumes_its_cell_exactly(tmp_path):
         start_new_session=True,
     )
     checkpoints = out / "cells" / "baseline-B16-s0" / "checkpoints"
-    deadline = time.monotonic() + 120
+    # bound: a hang guard; the sweep's first checkpoint came 3 s after its start, idle
+    deadline = time.monotonic() + hang_limit(3)
     while not (checkpoints.is_dir() and any(checkpoints.glob("step-*.pt"))):
         assert proc.poll() is None and time.monotonic() < deadline, finish(proc)
         time.sleep(0.05)
@@ -192,7 +193,7 @@ def test_an_interrupted_sweep_resumes_its_cell_exactly(tmp_path):
     again = date(*args)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "resuming from" in (cell / "log.txt").read_text()
-    threads = str(os.cpu_count())  # as the sweep's one job had: the same summation order
+    threads = str(RunFolder(cell).read_threads())  # as the cell had: the same summation order
     alone = date(
         "scale",
         cell / "cell.yaml",
@@ -231,7 +232,7 @@ def test_grid_schemes_train_with_lars_and_adam_over_two_processes(tmp_path):
         "baseline.warmup_epochs=0.1",
         "-o",
         out,
-        timeout=400,
+        idle_s=45,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     rows = list(csv.DictReader((out / "results.csv").read_text().splitlines()))

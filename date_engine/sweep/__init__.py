@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from date_engine.errors import DateError
 from date_engine.files import read_small_text
-from date_engine.machine import describe, threads_per_process
+from date_engine.machine import choose_threads, describe
 from date_engine.recipes import Recipe
 from date_engine.spec import Spec
 from date_engine.sweep.grid import Cell, PlannedCell, build_cells, parse_batches, parse_lr_grid
@@ -156,10 +156,13 @@ def run_sweep(
     from date_engine.sweep.runner import cell_folder, run_cells
 
     names = options.labels
+    # the cores idle as the sweep starts, shared by its jobs × nproc processes (a user's
+    # OMP_NUM_THREADS as given): threads beyond the free cores wait on each other
+    threads = choose_threads(options.jobs * options.nproc)[0] if train else 1
     settings = {
         **settings,
         "machine": describe(),
-        "threads": threads_per_process(options.jobs * options.nproc),
+        "threads": threads,
         "jobs": options.jobs,
         "nproc": options.nproc,
         "evals": options.evals,
@@ -196,6 +199,7 @@ def run_sweep(
             cells,
             nproc=options.nproc,
             jobs=options.jobs,
+            threads=threads,
             metric_name=recipe.metric_name,
             display=display,
             on_change=lambda results: report(results, final=False),

@@ -25,7 +25,6 @@ from typing import Any
 import yaml
 
 from date_engine.errors import DateError
-from date_engine.machine import threads_per_process
 from date_engine.runfolder import RunFolder
 from date_engine.sweep.grid import Cell, PlannedCell
 from date_engine.sweep.results import CellResult, read_cell
@@ -105,25 +104,28 @@ def run_cells(
     *,
     nproc: int = 1,
     jobs: int = 1,
+    threads: int = 1,
     metric_name: str,
     display: Any,
     on_change: Callable[[list[CellResult]], None] | None = None,
 ) -> tuple[list[CellResult], int]:
-    """Train every cell not yet finished, ``jobs`` at a time. Returns every cell's result and the
+    """Train every cell not yet finished, ``jobs`` at a time, each process of a new cell with
+    ``threads`` CPU threads. Returns every cell's result and the
     sweep's exit code: 0; 130/143 after a signal; 2 when a cell refused its input (no cell is
     started after that: the others would refuse it too); 1 when a cell failed otherwise."""
 
     runs = [CellRun(p, prepare_cell(root, p)) for p in cells]
     results = {r.planned.cell: read_cell(r.planned.cell, r.folder.root, metric_name) for r in runs}
     todo = [r for r in runs if results[r.planned.cell].status not in ("done", "diverged")]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_process(jobs * nproc))}
+    env = _cell_environment(threads)
     signals, running, ends = _Signals(), [], set()
     try:
         with display.progress(cells, results) as view:
             while todo or running:
                 while todo and len(running) < jobs and not signals.received:
                     run = todo.pop(0)
-                    _start(run, nproc, env, resume=results[run.planned.cell].status == "partial")
+                    resume = results[run.planned.cell].status == "partial"
+                    _start(run, nproc, env.resumed if resume else env.new, resume)
                     running.append(run)
                     results[run.planned.cell].status = "running"
                 signals.pass_on(running)
@@ -152,6 +154,23 @@ def run_cells(
     if signals.received:
         return list(results.values()), 128 + signals.received[0]
     return list(results.values()), 2 if "usage" in ends else 1 if "failed" in ends else 0
+
+
+@dataclass(frozen=True)
+class _CellEnvironment:
+    new: dict[str, str]
+    """A cell started now: the user's OMP_NUM_THREADS, or the threads the sweep chose."""
+    resumed: dict[str, str]
+    """A cell resumed: the user's OMP_NUM_THREADS, or none, so that ``date scale --resume`` keeps
+    the threads it began with (it goes on bit for bit)."""
+
+
+def _cell_environment(threads: int) -> _CellEnvironment:
+    """Every cell's environment: ``threads`` per process for a cell started now."""
+    user = os.environ.get("OMP_NUM_THREADS", "").strip()
+    resumed = dict(os.environ) if user else \
+        {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    return _CellEnvironment({**os.environ, "OMP_NUM_THREADS": str(threads)}, resumed)
 
 
 def _start(run: CellRun, nproc: int, env: dict[str, str], resume: bool) -> None:
