@@ -30,6 +30,7 @@ _LAZY = {
     **dict.fromkeys(("baseline", "optimizer_for", "plan_for", "scheduler_for"),
                     "date_engine.api"),
     "NoiseScale": "date_engine.noise",
+    "baseline_from_hf": "date_engine.integrations.configs",
     "DateError": "date_engine.errors",
     "PlanError": "date_engine.errors",
     "SpecError": "date_engine.errors",
@@ -47,6 +48,7 @@ _LAZY = {
 if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from date_engine.api import baseline, optimizer_for, plan_for, scheduler_for
     from date_engine.errors import DateError, PlanError, SpecError
+    from date_engine.integrations.configs import baseline_from_hf
     from date_engine.noise import NoiseScale
     from date_engine.optim import DATE, LAMB, LARS
     from date_engine.optim.build import build_optimizer
@@ -84,6 +86,7 @@ __all__ = [
     "Spec",
     "SpecError",
     "baseline",
+    "baseline_from_hf",
     "build_optimizer",
     "derive_plan",
     "load_spec",

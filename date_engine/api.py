@@ -119,7 +119,7 @@ def optimizer_for(model: torch.nn.Module | Iterable[Any], run: RunPlan | Plan, *
     if date:
         return build_optimizer(params, plan.optimizer, plan.peak_lr)
     return build_base_optimizer(params, plan.optimizer.name, plan.optimizer.options,
-                                plan.peak_lr)
+                                plan.peak_lr, plan.optimizer.decay_exempt)
 
 
 def scheduler_for(optimizer: torch.optim.Optimizer, run: RunPlan | Plan

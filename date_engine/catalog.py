@@ -146,6 +146,8 @@ class OptimizerSettings:
     options: dict[str, Any]
     layer_ratio: dict[str, Any]
     """``{"mode": ..., **that mode's options}``."""
+    decay_exempt: bool = False
+    """Weight decay spares biases and norm weights (tensors of one dimension or fewer)."""
 
     def __post_init__(self) -> None:  # JSON turns tuples (Adam's betas) into lists: undo that
         tuples = {k: tuple(v) if isinstance(v, list) else v for k, v in self.options.items()}

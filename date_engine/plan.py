@@ -38,6 +38,7 @@ from date_engine.catalog import BatchRule, OptimizerSettings, entry
 from date_engine.errors import PlanError
 from date_engine.forecast import Forecast, NoiseCurve, forecast
 from date_engine.ramp import Change, Rung, follow, ramp
+from date_engine.shapes import Schedule
 from date_engine.spec import MAX_STEPS, Spec
 
 __all__ = [
@@ -168,6 +169,9 @@ class Plan:
     """The version of the rules that derived this plan (:data:`RULES_VERSION`; 1 for plans written
     before versions were recorded): a run resumed from a checkpoint of older rules keeps its
     plan."""
+    schedule: Schedule = field(default_factory=Schedule)
+    """The baseline's shape after warmup, kept (date_engine/shapes.py); DATE's linear decay to the
+    floor by default."""
 
     @property
     def ramp_changes(self) -> tuple[Change, ...]:
@@ -184,6 +188,8 @@ class Plan:
             raise ValueError(f"optimizer steps are counted from 1, got {step}")
         if self.ramp:
             return self._ramp_lr(step)
+        if not self.schedule.is_date_default:
+            return max(self._shaped(step - self.schedule.offset), self.lr_floor)
         if step < self.warmup_iterations:  # e < w  <=>  i·B/n < w  <=>  i < I_w
             frac = step / self.warmup_iterations
             return self.peak_lr * (frac if self.warmup_shape == "linear" else frac * frac)
@@ -219,15 +225,41 @@ class Plan:
             return step * self.target_batch
         return stage.samples_before + (step - stage.first_step + 1) * stage.batch
 
+    def _shaped(self, s: float) -> float:
+        """The baseline's shape (not DATE's default) after ``s`` steps, at the plan's peak."""
+        quadratic = self.warmup_shape == "quadratic"
+        if s < self.warmup_iterations:
+            return self.peak_lr * self.schedule.warmup(s / self.warmup_iterations, quadratic)
+        last, warm = self.total_iterations, self.warmup_iterations
+        t = (s - warm) / (last - warm) if last > warm else 1.0
+        return self.peak_lr * self.schedule.after_warmup(
+            t, s * self.target_batch / self.dataset_size, self._stretch(), (last - s) / last,
+            s - warm, warm)
+
+    def _stretch(self) -> float:
+        """The plan's epochs over the baseline's: where epoch milestones move (hold, ramp)."""
+        return self.total_epochs / (self.baseline_iterations * self.baseline_batch
+                                    / self.dataset_size)
+
     def _ramp_lr(self, step: int) -> float:
         """lr(i) = η_j · shape(e_i): η_j the stage's peak, e_i the epochs after step i; the shape
-        is the warmup e/w (or its square) then the linear decay (E − e)/(E − w), so that every
-        stage keeps its own peak and the decay runs over samples, not steps."""
-        stage, e = self.stage_at(step), self.epoch(step)
-        if e < self.warmup_epochs:
-            frac = e / self.warmup_epochs
+        is the warmup e/w (or its square) then the baseline's shape over the epochs (DATE's: the
+        linear decay (E − e)/(E − w)), so that every stage keeps its own peak and the decay runs
+        over samples, not steps."""
+        stage = self.stage_at(step)
+        e = self.epoch(step - self.schedule.offset) if step > self.schedule.offset else 0.0
+        w, total = self.warmup_epochs, self.total_epochs
+        if not self.schedule.is_date_default:
+            if e < w:
+                return max(stage.peak_lr * self.schedule.warmup(
+                    e / w, self.warmup_shape == "quadratic"), self.lr_floor)
+            shape = self.schedule.after_warmup((e - w) / (total - w), e, self._stretch(),
+                                               (total - e) / total, e - w, w)
+            return max(stage.peak_lr * shape, self.lr_floor)
+        if e < w:
+            frac = e / w
             return stage.peak_lr * (frac if self.warmup_shape == "linear" else frac * frac)
-        left = (self.total_epochs - e) / (self.total_epochs - self.warmup_epochs)
+        left = (total - e) / (total - w)
         return max(stage.peak_lr * left, self.lr_floor)
 
     def _decay(self, step: int) -> float:
@@ -239,10 +271,18 @@ class Plan:
 
     @property
     def phases(self) -> tuple[Phase, ...]:
-        """The warmup, decay and floor stretches (empty ones left out)."""
+        """The warmup, decay and floor stretches (empty ones left out); with the baseline's own
+        shape, the warmup and the shape after it ("decay")."""
         last = self.total_iterations
         first_decay = max(1, math.ceil(self.warmup_iterations))
-        first_floor = self._first_floor(first_decay)
+        if not self.schedule.is_date_default:
+            first_decay = max(1, math.ceil(self.warmup_iterations + self.schedule.offset))
+            if self.ramp:
+                first_decay = next((i for i in range(1, last + 1) if self.epoch(
+                    i - self.schedule.offset) >= self.warmup_epochs), last + 1)
+            first_floor = last + 1
+        else:
+            first_floor = self._first_floor(first_decay)
         spans = (
             ("warmup", 1, first_decay - 1),
             ("decay", first_decay, first_floor - 1),
@@ -296,7 +336,14 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """The plan's fields plus its phases, as JSON values (lists, not tuples): equal to its own
         JSON round trip."""
-        return _json_values({**asdict(self), "phases": [asdict(p) for p in self.phases]})
+        values = {**asdict(self), "phases": [asdict(p) for p in self.phases]}
+        if not self.optimizer.decay_exempt:  # the plans of earlier versions read as before
+            del values["optimizer"]["decay_exempt"]
+        if self.schedule.is_date_default:
+            del values["schedule"]
+        else:
+            values["schedule"] = self.schedule.to_dict()
+        return _json_values(values)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
@@ -313,6 +360,10 @@ class Plan:
                 ahead["holding_batch"] = ahead.pop("critical_batch")
             values["forecast"] = Forecast(**ahead)
         values["ramp"] = tuple(BatchStage(**stage) for stage in values.get("ramp", ()))
+        if values.get("schedule") is not None:
+            values["schedule"] = Schedule.from_dict(values["schedule"])
+        else:
+            values.pop("schedule", None)
         return cls(**values)
 
 
@@ -449,7 +500,8 @@ def _optimizer(d: _Ledger, spec: Spec, k: float, p: float) -> OptimizerSettings:
                 "λ", "optimizer.weight_decay", lam * k ** (1 - p), f"λ · k^{1 - p:g}",
                 f"{lam:g} · {fmt(k)}^{1 - p:g}",
                 "AdamW's decay timescale B/(η·λ) stays the same in epochs (Bergsma et al. 2025)")
-    return OptimizerSettings(opt.name, options, {"mode": ratio.mode, **ratio.options()})
+    return OptimizerSettings(opt.name, options, {"mode": ratio.mode, **ratio.options()},
+                             decay_exempt=opt.decay_biases_and_norms is False)
 
 
 _HALF_LIFE = ("the running average of g² spans the same samples: k× fewer, k× larger batches "
@@ -515,12 +567,15 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         max_batch = d("B_max", "max_legw_batch", math.ceil(b0 * total_epochs / w0) - 1,
                       "largest B < B0 · E_tot / w0", f"{fmt(b0)} · {fmt(total_epochs)} / {fmt(w0)}",
                       "beyond it LEGW's warmup outlasts training")
+    schedule = base.schedule.shape(eta0)
+    floor = date.lr_floor if schedule.is_date_default or "lr_floor" in date.model_fields_set \
+        else 0.0
     _refuse_unsound(spec, batch, k, warmup_epochs, total_epochs,
-                    largest_batch(spec, n, multiple_of), peak)
+                    largest_batch(spec, n, multiple_of), peak, floor)
     optimizer = _optimizer(d, spec, k, p)
     if stages and stages[-1].batch != batch:  # the ramp ends below the target: it runs its last
         optimizer = OptimizerSettings(optimizer.name, dict(stages[-1].options),
-                                      optimizer.layer_ratio)
+                                      optimizer.layer_ratio, optimizer.decay_exempt)
     return Plan(
         baseline_batch=b0, target_batch=batch, dataset_size=n, dataset_size_source=source,
         baseline_lr=eta0, baseline_warmup_epochs=w0, baseline_iterations=i0,
@@ -528,10 +583,11 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         lr_note=lr_note,
         warmup=warmup, warmup_shape=date.warmup_shape, scale=k, peak_lr=peak,
         warmup_epochs=warmup_epochs, warmup_iterations=warmup_iterations,
-        total_iterations=total_iterations, total_epochs=total_epochs, lr_floor=date.lr_floor,
+        total_iterations=total_iterations, total_epochs=total_epochs, lr_floor=floor,
         max_legw_batch=max_batch, optimizer=optimizer, derivations=tuple(d.rows),
         budget=date.budget, noise_curve=noise_curve, forecast=ahead, ramp=stages,
         ramp_mode=date.ramp, ramp_reach=date.ramp_reach, rules_version=RULES_VERSION,
+        schedule=schedule,
     )
 
 
@@ -723,6 +779,7 @@ def _refuse_unsound(
     total_epochs: float,
     max_batch: int | None,
     peak: float,
+    floor: float,
 ) -> None:
     """The plans of docs/algorithm.md §2 that cannot work, each refused with its fix."""
     if warmup_epochs >= total_epochs:
@@ -731,9 +788,9 @@ def _refuse_unsound(
                 batch, k, spec.baseline.warmup_epochs, warmup_epochs, total_epochs, max_batch
             )
         )
-    if spec.date.lr_floor >= peak:
+    if floor >= peak:
         raise PlanError(
-            f"date.lr_floor ({fmt(spec.date.lr_floor)}) is not below the peak LR ({fmt(peak)}) at "
+            f"date.lr_floor ({fmt(floor)}) is not below the peak LR ({fmt(peak)}) at "
             f"batch {batch}; lower it (the default is 1e-6)."
         )
 

@@ -47,7 +47,8 @@ def set_lr(optimizer: torch.optim.Optimizer, plan: Plan, step: int) -> float:
         initial = group.setdefault("initial_lr", group["lr"])
         group["lr"] = initial * lr / plan.peak_lr
         if stage is not None:  # a batch ramp: the optimizer's values derived at this batch
-            group.update((k, _like(group[k], v)) for k, v in stage.options.items() if k in group)
+            group.update((k, _like(group[k], v)) for k, v in stage.options.items() if k in group
+                         and not (k == "weight_decay" and group.get("decay_exempt")))
     return lr
 
 

@@ -43,6 +43,7 @@ from pydantic import (
 from date_engine.catalog import LAYER_RATIO_DEFAULTS, entry, spec_names
 from date_engine.errors import SpecError
 from date_engine.files import read_small_text
+from date_engine.shapes import Schedule
 
 __all__ = [
     "BaselineSpec",
@@ -139,6 +140,11 @@ class OptimizerSpec(_Section):
     bound above 0 lets a layer that starts at zero (a zero-initialised head) grow. Default: φ is
     the identity, as published."""
 
+    decay_biases_and_norms: bool | None = None
+    """Whether weight decay applies to biases and norm weights (every tensor of one dimension or
+    fewer) too (default true); false: only to the others, as Hugging Face's Trainer, nanoGPT and
+    timm do."""
+
     @field_validator("betas", "phi_bounds", mode="before")
     @classmethod
     def _pair(cls, value: Any) -> Any:
@@ -146,7 +152,7 @@ class OptimizerSpec(_Section):
 
     @model_validator(mode="after")
     def _options_belong_to_optimizer(self) -> OptimizerSpec:
-        allowed = entry(self.name).defaults
+        allowed = {**entry(self.name).defaults, "decay_biases_and_norms": True}
         if stray := _stray_option(self, "name", allowed):
             raise ValueError(
                 f"'{stray}' is not an option of the {self.name} optimizer; remove it "
@@ -205,6 +211,90 @@ class LayerRatioSpec(_Section):
         return _resolved(self, LAYER_RATIO_DEFAULTS[self.mode])
 
 
+SCHEDULE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "linear": ("final_lr", "final_fraction"),
+    "cosine": ("final_lr", "final_fraction"),
+    "polynomial": ("final_lr", "final_fraction", "power"),
+    "constant": (),
+    "step": ("every_epochs", "factor"),
+    "multistep": ("milestones", "factor"),
+    "wsd": ("final_lr", "final_fraction", "decay_fraction", "decay_shape"),
+    "inverse_sqrt": (),
+}
+"""The options each shape of ``baseline.schedule`` takes (besides ``name`` and ``index``)."""
+
+
+class ScheduleSpec(_Section):
+    """The baseline's LR schedule after its warmup (date_engine/shapes.py): DATE keeps its shape
+    at every batch, over the same fraction of training."""
+
+    name: Literal["linear", "cosine", "polynomial", "constant", "step", "multistep", "wsd",
+                  "inverse_sqrt"] = "linear"
+    """linear (DATE's: to date.lr_floor unless an end is given) | cosine | polynomial | constant |
+    step | multistep | wsd (warmup-stable-decay) | inverse_sqrt."""
+    index: Literal["paper", "torch"] | None = None
+    """torch: the LR of optimizer step i is the schedule after i − 1 steps, as torch's and
+    Hugging Face's schedulers run it; paper: after i steps (DATE's formula). Default: paper for
+    linear, torch for every other shape."""
+    final_lr: float | None = Field(default=None, ge=0.0)
+    """The LR the baseline ends at (linear, cosine, polynomial, wsd); the plan ends at the same
+    fraction of its peak."""
+    final_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Or the end as a fraction of the peak. Default 0 (linear: date.lr_floor)."""
+    power: float | None = Field(default=None, gt=0.0)
+    """polynomial: the exponent (default 1)."""
+    every_epochs: float | None = Field(default=None, gt=0.0)
+    """step: multiply the LR by ``factor`` every so many epochs of the baseline."""
+    milestones: tuple[float, ...] | None = None
+    """multistep: the baseline's epochs at which the LR is multiplied by ``factor``."""
+    factor: float | None = Field(default=None, gt=0.0, le=1.0)
+    """step, multistep: the multiplier (default 0.1)."""
+    decay_fraction: float | None = Field(default=None, gt=0.0, le=1.0)
+    """wsd: the share of training the final decay takes (default 0.1)."""
+    decay_shape: Literal["linear", "cosine", "1-sqrt"] | None = None
+    """wsd: the final decay's shape (default linear)."""
+
+    @field_validator("milestones", mode="before")
+    @classmethod
+    def _list(cls, value: Any) -> Any:
+        return tuple(value) if isinstance(value, list) else value  # YAML writes a list
+
+    @model_validator(mode="after")
+    def _options_belong_to_shape(self) -> ScheduleSpec:
+        allowed = dict.fromkeys(("index", *SCHEDULE_OPTIONS[self.name]))
+        if stray := _stray_option(self, "name", allowed):
+            takes = ", ".join(SCHEDULE_OPTIONS[self.name]) or "no options"
+            raise ValueError(f"'{stray}' is not an option of the {self.name} schedule; remove it "
+                             f"({self.name} takes {takes})")
+        if self.final_lr is not None and self.final_fraction is not None:
+            raise ValueError("give final_lr or final_fraction, not both")
+        if self.name == "step" and self.every_epochs is None:
+            raise ValueError("the step schedule needs every_epochs (e.g. every_epochs: 30)")
+        if self.name == "multistep" and not self.milestones:
+            raise ValueError("the multistep schedule needs milestones, in epochs (e.g. "
+                             "milestones: [30, 60, 80])")
+        if self.milestones and (any(not 0 < m <= MAX_EPOCHS for m in self.milestones)
+                                or list(self.milestones) != sorted(self.milestones)):
+            raise ValueError(f"milestones must be increasing epochs above 0, got "
+                             f"{list(self.milestones)}")
+        return self
+
+    def shape(self, baseline_lr: float) -> Schedule:
+        """The schedule the plan keeps, its end as a fraction of the peak."""
+        index = self.index or ("paper" if self.name == "linear" else "torch")
+        final = (self.final_fraction if self.final_fraction is not None else
+                 self.final_lr / baseline_lr if self.final_lr is not None else
+                 None if self.name == "linear" else 0.0)
+        every = (self.every_epochs,) if self.every_epochs is not None else ()
+        return Schedule(
+            name=self.name, index=index, final=final,
+            power=self.power if self.power is not None else 1.0,
+            factor=self.factor if self.factor is not None else 0.1,
+            milestones=every or tuple(self.milestones or ()),
+            decay_fraction=self.decay_fraction if self.decay_fraction is not None else 0.1,
+            decay_shape=self.decay_shape or "linear")
+
+
 class BaselineSpec(_Section):
     """The small-batch run that already works: DATE's only inputs (docs/algorithm.md §1)."""
 
@@ -222,6 +312,13 @@ class BaselineSpec(_Section):
     """n: training samples per epoch. Optional when the recipe knows it."""
     optimizer: OptimizerSpec = OptimizerSpec()
     """The base optimizer and its options."""
+    schedule: ScheduleSpec = ScheduleSpec()
+    """The LR schedule after warmup (default: DATE's linear decay to date.lr_floor)."""
+
+    @field_validator("schedule", mode="before")
+    @classmethod
+    def _named(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value  # schedule: cosine
 
     @model_validator(mode="after")
     def _one_length(self) -> BaselineSpec:
@@ -251,7 +348,8 @@ class DateSpec(_Section):
     warmup_shape: Literal["linear", "quadratic"] = "linear"
     """LR during warmup: η·(e/w) or η·(e/w)²."""
     lr_floor: float = Field(default=1e-6, ge=0.0)
-    """η̂: the decay stops at this LR."""
+    """η̂: the decay stops at this LR. It applies to DATE's own linear decay; a baseline schedule
+    of another shape, or one that names its end, keeps its own unless this is set."""
     weight_decay: Literal["scaled", "fixed"] = "scaled"
     """rule date, decoupled weight decay (AdamW): scaled — λ·k^(1−p), so that the decay's
     timescale B/(η·λ) stays the same number of epochs; fixed — the baseline's λ, for comparisons."""

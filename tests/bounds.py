@@ -49,7 +49,8 @@ def float64_formula(roundings: int) -> float:
 HANG_FACTOR = 20
 """A process under test may take this many times its idle duration before it counts as hung: a
 loaded 2-core machine (two other CPU-bound processes beside the test's two xdist workers) runs a
-one-thread process at about a third of its idle speed, so 20× leaves a sixfold margin."""
+one-thread process up to 3.7 times slower than idle (measured: DATE_TEST_TIMES of a clean-clone
+CI run beside two busy loops, 2026-11-28), so 20× leaves a fivefold margin."""
 HANG_FLOOR_S = 60.0
 """No hang limit below a minute: a process's start (Python, torch's import: 2–3 s idle) on a
 loaded machine, or a page cache emptied by other work, is not a hang."""

@@ -23,14 +23,14 @@ from date_engine.errors import DateError
 from date_engine.runplan import RunPlan
 
 __all__ = ["CANNOT_EXPRESS", "EMIT_TARGETS", "hf_arguments", "hf_caveat", "hf_flags", "hf_optim",
-           "lightning_settings", "mismatches", "require", "split_settings"]
+           "hf_schedule", "lightning_settings", "mismatches", "require", "split_settings"]
 
 EMIT_TARGETS = ("hf-args", "lightning", "accelerate", "json")
 """What ``date plan --emit`` writes."""
 
-_CANNOT = ("cannot carry DATE's per-layer ratios or the plan's exact LR curve: install them with "
-           "the optimizer and scheduler objects (docs/integrations.md).")
-CANNOT_EXPRESS = f"settings alone {_CANNOT}"
+_WHERE = "(docs/integrations.md)"
+CANNOT_EXPRESS = (f"settings alone cannot carry DATE's per-layer ratios or the plan's exact LR "
+                  f"curve: install them with the optimizer and scheduler objects {_WHERE}.")
 
 
 def require(module: str, extra: str) -> Any:
@@ -53,22 +53,53 @@ def split_settings(run: RunPlan) -> dict[str, int]:
             "max_steps": run.last_step}
 
 
+def hf_schedule(run: RunPlan) -> tuple[str, dict[str, Any], str]:
+    """HF's ``lr_scheduler_type`` and ``lr_scheduler_kwargs`` for the plan's schedule, and what
+    they cannot carry of it ('' where HF runs the plan's own curve at every step)."""
+    plan = run.plan
+    shape, end = plan.schedule, plan.schedule.final or 0.0
+    whole = plan.warmup_iterations == math.ceil(plan.warmup_iterations)
+    near = "" if whole else f"HF's warmup takes whole steps ({math.ceil(plan.warmup_iterations)})"
+    if shape.is_date_default or (shape.name == "linear" and shape.index == "paper"):
+        return "polynomial", {"lr_end": plan.lr_floor + end * plan.peak_lr, "power": 1.0}, (
+            "HF's polynomial decay runs one step behind DATE's linear one")
+    if shape.name in ("step", "multistep"):
+        return "constant_with_warmup", {}, f"HF has no {shape.name} schedule"
+    kinds: dict[str, tuple[str, dict[str, Any]]] = {
+        "linear": ("linear", {}) if end == 0 else
+        ("polynomial", {"lr_end": end * plan.peak_lr, "power": 1.0}),
+        "cosine": ("cosine", {}) if end == 0 else ("cosine_with_min_lr", {"min_lr_rate": end}),
+        "polynomial": ("polynomial", {"lr_end": end * plan.peak_lr, "power": shape.power}),
+        "constant": ("constant_with_warmup", {}),
+        "inverse_sqrt": ("inverse_sqrt", {}),
+        "wsd": ("warmup_stable_decay", {
+            "num_decay_steps": round(shape.decay_fraction * plan.total_iterations),
+            "decay_type": shape.decay_shape, "min_lr_ratio": end}),
+    }
+    name, kwargs = kinds[shape.name]
+    if shape.name == "wsd" and shape.decay_fraction * plan.total_iterations != \
+            kwargs["num_decay_steps"]:
+        near = "; ".join(filter(None, [near, "HF's decay takes whole steps"]))
+    return name, kwargs, near
+
+
 def hf_arguments(run: RunPlan, grad_clip: float | None = None) -> dict[str, Any]:
     """The ``TrainingArguments`` fields the plan sets. ``max_grad_norm`` is the baseline's
-    clipping (HF clips at 1.0 unless told otherwise); the schedule fields are HF's nearest
-    (linear warmup, polynomial decay to the floor), which :class:`DateTrainer` replaces with the
-    plan's own."""
+    clipping (HF clips at 1.0 unless told otherwise); the schedule is HF's own where it has the
+    plan's curve (:func:`hf_schedule`), which :class:`DateTrainer` replaces with the plan's."""
     split, plan = split_settings(run), run.plan
+    kind, kwargs, _ = hf_schedule(run)
     args: dict[str, Any] = {
         "per_device_train_batch_size": split["per_device_batch"],
         "gradient_accumulation_steps": split["accumulation_steps"],
         "max_steps": split["max_steps"],
         "learning_rate": plan.peak_lr,
         "warmup_steps": math.ceil(plan.warmup_iterations),
-        "lr_scheduler_type": "polynomial",
-        "lr_scheduler_kwargs": {"lr_end": plan.lr_floor, "power": 1.0},
+        "lr_scheduler_type": kind,
         "max_grad_norm": grad_clip or 0.0,
     }
+    if kwargs:
+        args["lr_scheduler_kwargs"] = kwargs
     options, optim = plan.optimizer.options, hf_optim(run)
     if optim is not None:  # HF's flags name Adam's options only
         args["optim"] = optim
@@ -91,9 +122,16 @@ def hf_optim(run: RunPlan) -> str | None:
 
 def hf_caveat(run: RunPlan) -> str:
     """What HF's flags cannot carry of ``run``, in one sentence."""
+    _, _, schedule = hf_schedule(run)
+    missing = ["DATE's per-layer ratios"]
+    objects = "the optimizer object"
+    if schedule:
+        missing.append(f"the plan's exact LR curve ({schedule})")
+        objects = "the optimizer and scheduler objects"
+    what = f"cannot carry {' or '.join(missing)}: install them with {objects} {_WHERE}."
     if hf_optim(run) is not None:
-        return CANNOT_EXPRESS
-    return f"HF's --optim has no {run.plan.optimizer.name}, and the flags {_CANNOT}"
+        return f"settings alone {what}"
+    return f"HF's --optim has no {run.plan.optimizer.name}, and the flags {what}"
 
 
 def hf_flags(run: RunPlan, grad_clip: float | None = None) -> list[str]:

@@ -15,18 +15,36 @@ __all__ = ["build_base_optimizer", "build_optimizer", "state_bytes"]
 
 
 def build_base_optimizer(params: Iterable[Any], name: str, options: Mapping[str, Any],
-                         lr: float) -> torch.optim.Optimizer:
+                         lr: float, decay_exempt: bool = False) -> torch.optim.Optimizer:
     """The optimizer the catalog calls ``name`` at learning rate ``lr`` with ``options`` (every
-    option of that name; see :meth:`date_engine.spec.OptimizerSpec.options`)."""
+    option of that name; see :meth:`date_engine.spec.OptimizerSpec.options`). ``decay_exempt``:
+    biases and norm weights (tensors of one dimension or fewer) in a group of their own without
+    weight decay, as HF's Trainer, nanoGPT and timm make them."""
     record = entry(name)
     cls = record.load_class()
     if record.family == "layerwise":
-        params = _trust_ratio_groups(params)
+        params = _trust_ratio_groups(params, decay_exempt)
     else:
         params = list(params)
         if not {"fused", "foreach"} & set(options):
             options = {**_fastest_step(cls, params), **options}
+        if decay_exempt and options.get("weight_decay"):
+            params = _decay_groups(params)
     return cls(params, lr=lr, **record.fixed, **options)
+
+
+def _decay_groups(params: list[Any]) -> list[dict[str, Any]]:
+    """Tensors of two or more dimensions with the optimizer's weight decay, the others (biases,
+    norm weights) without; named parameters stay named."""
+    items = [t for p in params for t in (p["params"] if isinstance(p, dict) else [p])]
+    groups = [{"params": [t for t in items if _ndim(t) > 1]},
+              {"params": [t for t in items if _ndim(t) <= 1], "weight_decay": 0.0,
+               "decay_exempt": True}]
+    return [g for g in groups if g["params"]]
+
+
+def _ndim(item: Any) -> int:
+    return (item[1] if isinstance(item, tuple) else item).ndim
 
 
 def _fastest_step(cls: type, params: list[Any]) -> dict[str, bool]:
@@ -50,13 +68,16 @@ def _fastest_step(cls: type, params: list[Any]) -> dict[str, bool]:
     return {"foreach": True} if "foreach" in signature else {}
 
 
-def _trust_ratio_groups(params: Iterable[Any]) -> list[dict[str, Any]]:
+def _trust_ratio_groups(params: Iterable[Any], decay_exempt: bool = False
+                        ) -> list[dict[str, Any]]:
     """LARS/LAMB param groups: as usual for these optimizers, biases and other tensors with
-    ``ndim <= 1`` take the plain update (no trust ratio), as DATE leaves them unadapted too."""
+    ``ndim <= 1`` take the plain update (no trust ratio), as DATE leaves them unadapted too (and
+    no weight decay with ``decay_exempt``)."""
     items = [p if isinstance(p, tuple) else (None, p) for p in params]
+    exempt = {"weight_decay": 0.0, "decay_exempt": True} if decay_exempt else {}
     groups = [
         {"params": [p for _, p in items if p.ndim > 1], "layer_ratio": True},
-        {"params": [p for _, p in items if p.ndim <= 1], "layer_ratio": False},
+        {"params": [p for _, p in items if p.ndim <= 1], "layer_ratio": False, **exempt},
     ]
     return [g for g in groups if g["params"]]
 
@@ -77,7 +98,8 @@ def build_optimizer(params: Iterable[Any], settings: Any, lr: float) -> torch.op
         mode = "off" if record.family == "layerwise" else "dynamic"
         settings = OptimizerSettings(settings, dict(record.defaults),
                                      {"mode": mode, **LAYER_RATIO_DEFAULTS[mode]})
-    base = build_base_optimizer(params, settings.name, settings.options, lr)
+    base = build_base_optimizer(params, settings.name, settings.options, lr,
+                                settings.decay_exempt)
     if CATALOG[settings.name].family == "layerwise":
         return base
     return DATE(base, **settings.layer_ratio)

@@ -180,11 +180,15 @@ def _forecast_lines(plan: Plan) -> list[Text]:
 
 
 def _phases_table(plan: Plan) -> Table:
+    own = not plan.schedule.is_date_default  # the baseline's shape, kept
     rules = {
         "warmup": "η·(e/w)" + ("²" if plan.warmup_shape == "quadratic" else ""),
-        "decay": "η·(I − i)/(I − I_w)",
+        "decay": (f"{plan.schedule.name}: {plan.schedule.formula()}, t = (i − I_w)/(I − I_w)"
+                  if own else "η·(I − i)/(I − I_w)"),
         "floor": "η̂",
     }
+    if own and plan.schedule.index == "torch":
+        rules["warmup"] += ", step i at i − 1 steps done (torch's count)"
     table = Table(
         title="Schedule phases (i = optimizer step, e = i·B/n epochs)", title_justify="left"
     )
