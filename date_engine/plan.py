@@ -227,14 +227,10 @@ class Plan:
 
     def _shaped(self, s: float) -> float:
         """The baseline's shape (not DATE's default) after ``s`` steps, at the plan's peak."""
-        quadratic = self.warmup_shape == "quadratic"
-        if s < self.warmup_iterations:
-            return self.peak_lr * self.schedule.warmup(s / self.warmup_iterations, quadratic)
-        last, warm = self.total_iterations, self.warmup_iterations
-        t = (s - warm) / (last - warm) if last > warm else 1.0
-        return self.peak_lr * self.schedule.after_warmup(
-            t, s * self.target_batch / self.dataset_size, self._stretch(), (last - s) / last,
-            s - warm, warm)
+        epoch = s * self.target_batch / self.dataset_size
+        return self.peak_lr * self.schedule.multiplier(
+            s, self.warmup_iterations, self.total_iterations, epoch / self._stretch(),
+            self.warmup_shape == "quadratic")
 
     def _stretch(self) -> float:
         """The plan's epochs over the baseline's: where epoch milestones move (hold, ramp)."""
@@ -246,16 +242,11 @@ class Plan:
         is the warmup e/w (or its square) then the baseline's shape over the epochs (DATE's: the
         linear decay (E − e)/(E − w)), so that every stage keeps its own peak and the decay runs
         over samples, not steps."""
-        stage = self.stage_at(step)
-        e = self.epoch(step - self.schedule.offset) if step > self.schedule.offset else 0.0
+        stage, e = self.stage_at(step), self.epoch(step - self.schedule.offset)
         w, total = self.warmup_epochs, self.total_epochs
         if not self.schedule.is_date_default:
-            if e < w:
-                return max(stage.peak_lr * self.schedule.warmup(
-                    e / w, self.warmup_shape == "quadratic"), self.lr_floor)
-            shape = self.schedule.after_warmup((e - w) / (total - w), e, self._stretch(),
-                                               (total - e) / total, e - w, w)
-            return max(stage.peak_lr * shape, self.lr_floor)
+            return max(stage.peak_lr * self.schedule.multiplier(
+                e, w, total, e / self._stretch(), self.warmup_shape == "quadratic"), self.lr_floor)
         if e < w:
             frac = e / w
             return stage.peak_lr * (frac if self.warmup_shape == "linear" else frac * frac)
@@ -341,8 +332,6 @@ class Plan:
             del values["optimizer"]["decay_exempt"]
         if self.schedule.is_date_default:
             del values["schedule"]
-        else:
-            values["schedule"] = self.schedule.to_dict()
         return _json_values(values)
 
     @classmethod

@@ -30,15 +30,13 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["SHAPES", "Schedule"]
-
-SHAPES = ("linear", "cosine", "polynomial", "constant", "step", "multistep", "wsd",
-          "inverse_sqrt")
-"""The shapes a baseline's schedule may take after its warmup."""
+__all__ = ["DecayShape", "Schedule", "Shape"]
 
 Shape = Literal["linear", "cosine", "polynomial", "constant", "step", "multistep", "wsd",
                 "inverse_sqrt"]
+"""The shapes a baseline's schedule may take after its warmup."""
 DecayShape = Literal["linear", "cosine", "1-sqrt"]
+"""wsd: the final decay's shapes (HF's decay_type)."""
 
 
 @dataclass(frozen=True)
@@ -72,20 +70,16 @@ class Schedule:
         """The steps an optimizer step's LR is behind it: 1 under ``torch``, 0 under ``paper``."""
         return 1 if self.index == "torch" else 0
 
-    def warmup(self, fraction: float, quadratic: bool = False) -> float:
-        """The multiplier ``fraction`` of the way through warmup (WSD rises from its end, as
-        HF's warmup-stable-decay does)."""
-        rise = fraction * fraction if quadratic else fraction
-        return self._end() + (1 - self._end()) * rise if self.name == "wsd" else rise
-
-    def after_warmup(self, t: float, epoch: float, stretch: float, tail: float,
-                     since_warmup: float, warmup: float) -> float:
-        """The multiplier after warmup: ``t`` the fraction of the post-warmup steps done (0..1),
-        ``epoch`` the epochs done, ``stretch`` the plan's epochs over the baseline's (milestones
-        move with them), ``tail`` the fraction of all training still ahead (wsd),
-        ``since_warmup`` and ``warmup`` steps (inverse_sqrt)."""
-        t = min(max(t, 0.0), 1.0)
+    def multiplier(self, x: float, warm: float, last: float, baseline_epoch: float,
+                   quadratic: bool = False) -> float:
+        """The multiplier of the peak ``x`` into training whose warmup ends at ``warm`` and which
+        ends at ``last`` (steps, or epochs under a ramp: one unit for all three);
+        ``baseline_epoch``: the baseline's epoch this point stands for (epoch milestones)."""
         f = self._end()
+        if x < warm:
+            rise = (x / warm) ** 2 if quadratic else x / warm
+            return f + (1 - f) * rise if self.name == "wsd" else rise  # HF's WSD rises from f
+        t = min(max((x - warm) / (last - warm), 0.0), 1.0) if last > warm else 1.0
         if self.name == "linear":
             return f + (1 - f) * (1 - t)
         if self.name == "cosine":
@@ -95,20 +89,21 @@ class Schedule:
         if self.name == "constant":
             return 1.0
         if self.name in ("step", "multistep"):
-            return self.factor ** self.passed(epoch / stretch)
+            return self.factor ** self.passed(baseline_epoch)
         if self.name == "wsd":
+            tail = (last - x) / last  # the share of training still ahead
             if tail >= self.decay_fraction:
                 return 1.0
-            u = min(max(1 - tail / self.decay_fraction, 0.0), 1.0)
+            u = min(1 - tail / self.decay_fraction, 1.0)
             d = {"linear": 1 - u, "cosine": 0.5 * (1 + math.cos(math.pi * u)),
                  "1-sqrt": 1 - math.sqrt(u)}[self.decay_shape]
             return max(0.0, f + (1 - f) * d)
-        # inverse_sqrt: HF's 1/√((s + τ − W)/τ) with the timescale τ = W, the warmup's steps
-        tau = warmup if warmup > 0 else 1.0
-        return 1.0 / math.sqrt((since_warmup + tau) / tau)
+        # inverse_sqrt: HF's 1/√((s + τ − W)/τ) with the timescale τ = W, the warmup's length
+        tau = warm if warm > 0 else 1.0
+        return 1.0 / math.sqrt((x - warm + tau) / tau)
 
     def passed(self, baseline_epoch: float) -> int:
-        """Milestones at or before ``baseline_epoch`` (a billionth of an epoch early counts:
+        """Milestones at or before ``baseline_epoch`` (a point a trillionth short of one counts:
         epochs computed from steps round)."""
         e = baseline_epoch * (1 + 1e-12)
         if self.name == "step":
@@ -136,11 +131,6 @@ class Schedule:
                    f"{end}{self.decay_shape} decay",
             "inverse_sqrt": "η·√(τ / (i − I_w + τ)), τ = I_w",
         }[self.name]
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "index": self.index, "final": self.final,
-                "power": self.power, "factor": self.factor, "milestones": list(self.milestones),
-                "decay_fraction": self.decay_fraction, "decay_shape": self.decay_shape}
 
     @classmethod
     def from_dict(cls, data: dict) -> Schedule:

@@ -43,7 +43,7 @@ from pydantic import (
 from date_engine.catalog import LAYER_RATIO_DEFAULTS, entry, spec_names
 from date_engine.errors import SpecError
 from date_engine.files import read_small_text
-from date_engine.shapes import Schedule
+from date_engine.shapes import DecayShape, Schedule, Shape
 
 __all__ = [
     "BaselineSpec",
@@ -211,7 +211,7 @@ class LayerRatioSpec(_Section):
         return _resolved(self, LAYER_RATIO_DEFAULTS[self.mode])
 
 
-SCHEDULE_OPTIONS: dict[str, tuple[str, ...]] = {
+SCHEDULE_OPTIONS: dict[Shape, tuple[str, ...]] = {
     "linear": ("final_lr", "final_fraction"),
     "cosine": ("final_lr", "final_fraction"),
     "polynomial": ("final_lr", "final_fraction", "power"),
@@ -228,8 +228,7 @@ class ScheduleSpec(_Section):
     """The baseline's LR schedule after its warmup (date_engine/shapes.py): DATE keeps its shape
     at every batch, over the same fraction of training."""
 
-    name: Literal["linear", "cosine", "polynomial", "constant", "step", "multistep", "wsd",
-                  "inverse_sqrt"] = "linear"
+    name: Shape = "linear"
     """linear (DATE's: to date.lr_floor unless an end is given) | cosine | polynomial | constant |
     step | multistep | wsd (warmup-stable-decay) | inverse_sqrt."""
     index: Literal["paper", "torch"] | None = None
@@ -251,7 +250,7 @@ class ScheduleSpec(_Section):
     """step, multistep: the multiplier (default 0.1)."""
     decay_fraction: float | None = Field(default=None, gt=0.0, le=1.0)
     """wsd: the share of training the final decay takes (default 0.1)."""
-    decay_shape: Literal["linear", "cosine", "1-sqrt"] | None = None
+    decay_shape: DecayShape | None = None
     """wsd: the final decay's shape (default linear)."""
 
     @field_validator("milestones", mode="before")

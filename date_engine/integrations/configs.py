@@ -72,7 +72,7 @@ def baseline_from_hf(args: Any, train_samples: int, world_size: int = 1) -> Spec
     baseline = {"batch_size": batch, "lr": lr, "iterations": steps,
                 "warmup_epochs": warmup_steps * batch / train_samples,
                 "dataset_size": train_samples, "optimizer": _optimizer(args),
-                "schedule": _schedule(args, steps, lr)}
+                "schedule": _schedule(args, steps)}
     raw: dict[str, Any] = {"baseline": baseline}
     clip = float(_value(args, "max_grad_norm", 0) or 0)
     if clip > 0:
@@ -97,7 +97,7 @@ def _optimizer(args: Any) -> dict[str, Any]:
     return options
 
 
-def _schedule(args: Any, steps: int, lr: float) -> dict[str, Any]:
+def _schedule(args: Any, steps: int) -> dict[str, Any]:
     kind = str(_value(args, "lr_scheduler_type", "linear"))
     kwargs = dict(_value(args, "lr_scheduler_kwargs", None) or {})
     if kind == "linear":

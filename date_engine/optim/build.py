@@ -29,18 +29,24 @@ def build_base_optimizer(params: Iterable[Any], name: str, options: Mapping[str,
         if not {"fused", "foreach"} & set(options):
             options = {**_fastest_step(cls, params), **options}
         if decay_exempt and options.get("weight_decay"):
-            params = _decay_groups(params)
+            params = _by_ndim(params, {}, _NO_DECAY)
     return cls(params, lr=lr, **record.fixed, **options)
 
 
-def _decay_groups(params: list[Any]) -> list[dict[str, Any]]:
-    """Tensors of two or more dimensions with the optimizer's weight decay, the others (biases,
-    norm weights) without; named parameters stay named."""
-    items = [t for p in params for t in (p["params"] if isinstance(p, dict) else [p])]
-    groups = [{"params": [t for t in items if _ndim(t) > 1]},
-              {"params": [t for t in items if _ndim(t) <= 1], "weight_decay": 0.0,
-               "decay_exempt": True}]
-    return [g for g in groups if g["params"]]
+def _by_ndim(params: Iterable[Any], matrices: dict[str, Any], vectors: dict[str, Any]
+             ) -> list[dict[str, Any]]:
+    """Each param group (or the one the tensors make) split in two: tensors of two or more
+    dimensions with ``matrices`` added to the group's settings, the others (biases, norm weights)
+    with ``vectors``; named parameters stay named; empty groups left out."""
+    given = list(params)
+    groups = given if given and isinstance(given[0], dict) else [{"params": given}]
+    out = []
+    for group in groups:
+        settings = {k: v for k, v in group.items() if k != "params"}
+        items = list(group["params"])
+        out += [{**settings, "params": [t for t in items if _ndim(t) > 1], **matrices},
+                {**settings, "params": [t for t in items if _ndim(t) <= 1], **vectors}]
+    return [g for g in out if g["params"]]
 
 
 def _ndim(item: Any) -> int:
@@ -73,13 +79,14 @@ def _trust_ratio_groups(params: Iterable[Any], decay_exempt: bool = False
     """LARS/LAMB param groups: as usual for these optimizers, biases and other tensors with
     ``ndim <= 1`` take the plain update (no trust ratio), as DATE leaves them unadapted too (and
     no weight decay with ``decay_exempt``)."""
-    items = [p if isinstance(p, tuple) else (None, p) for p in params]
-    exempt = {"weight_decay": 0.0, "decay_exempt": True} if decay_exempt else {}
-    groups = [
-        {"params": [p for _, p in items if p.ndim > 1], "layer_ratio": True},
-        {"params": [p for _, p in items if p.ndim <= 1], "layer_ratio": False, **exempt},
-    ]
-    return [g for g in groups if g["params"]]
+    tensors = [p[1] if isinstance(p, tuple) else p for p in params]
+    return _by_ndim(tensors, {"layer_ratio": True},
+                    {"layer_ratio": False, **(_NO_DECAY if decay_exempt else {})})
+
+
+_NO_DECAY = {"weight_decay": 0.0, "decay_exempt": True}
+"""The group of biases and norm weights where the baseline's trainer exempts them; the key
+``decay_exempt`` keeps a batch ramp's λ (schedule.set_lr) out of it."""
 
 
 def build_optimizer(params: Iterable[Any], settings: Any, lr: float) -> torch.optim.Optimizer:
