@@ -317,7 +317,8 @@ class Plan:
                  "baseline warmup, epochs"),
                 length,
                 ("n", "dataset_size", self.dataset_size_source, "training samples per epoch"),
-                ("η̂", "lr_floor", "date.lr_floor", "LR floor"),
+                ("η̂", "lr_floor", "date.lr_floor" if self.schedule.is_date_default or
+                 self.lr_floor else "baseline.schedule (its own end)", "LR floor"),
                 ("B", "target_batch", "--batch", "target batch size"))
         return tuple(Derivation(symbol, name, getattr(self, name), source, "", why)
                      for symbol, name, source, why in rows)

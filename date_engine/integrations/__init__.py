@@ -62,7 +62,7 @@ def hf_schedule(run: RunPlan) -> tuple[str, dict[str, Any], str]:
     near = "" if whole else f"HF's warmup takes whole steps ({math.ceil(plan.warmup_iterations)})"
     if shape.is_date_default or (shape.name == "linear" and shape.index == "paper"):
         return "polynomial", {"lr_end": plan.lr_floor + end * plan.peak_lr, "power": 1.0}, (
-            "HF's polynomial decay runs one step behind DATE's linear one")
+            "HF's runs a step behind")
     if shape.name in ("step", "multistep"):
         return "constant_with_warmup", {}, f"HF has no {shape.name} schedule"
     kinds: dict[str, tuple[str, dict[str, Any]]] = {
@@ -124,13 +124,15 @@ def hf_caveat(run: RunPlan) -> str:
     """What HF's flags cannot carry of ``run``, in one sentence."""
     _, _, schedule = hf_schedule(run)
     missing = ["DATE's per-layer ratios"]
+    if run.plan.optimizer.options.get("weight_decay") and not run.plan.optimizer.decay_exempt:
+        missing.append("decay on biases and norms (HF spares)")
     objects = "the optimizer object"
     if schedule:
-        missing.append(f"the plan's exact LR curve ({schedule})")
+        missing.append(f"the LR curve ({schedule})")
         objects = "the optimizer and scheduler objects"
-    what = f"cannot carry {' or '.join(missing)}: install them with {objects} {_WHERE}."
+    what = f"cannot carry {', '.join(missing)}: use {objects} {_WHERE}."
     if hf_optim(run) is not None:
-        return f"settings alone {what}"
+        return f"the flags {what}"
     return f"HF's --optim has no {run.plan.optimizer.name}, and the flags {what}"
 
 
