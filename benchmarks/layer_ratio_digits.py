@@ -29,9 +29,10 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from date_engine import derive_plan, parse_spec
+from date_engine import parse_spec
 from date_engine.models.lenet import LeNet
 from date_engine.optim.build import build_optimizer
+from date_engine.plan import derive_plan
 from date_engine.schedule import plan_scheduler
 from date_engine.spec import LayerRatioSpec
 

@@ -23,9 +23,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from date_engine import load_spec, resolve_plan
+from date_engine import load_spec
 from date_engine.optim.build import build_optimizer
 from date_engine.recipes import DataOptions, get_recipe
+from date_engine.runplan import resolve_plan
 from date_engine.schedule import set_lr
 from date_engine.train.config import RunConfig
 from date_engine.train.trainer import run

@@ -6,12 +6,12 @@ paper``), linear-epoch warmup (LEGW), decay to a floor — and train with it::
 
     from date_engine import optimizer_for, plan_for, scheduler_for
 
-    plan, split = plan_for("lenet-mnist", batch=8192, devices=8)
-    plan.peak_lr, plan.warmup_epochs, plan.total_iterations   # 3.536e-3 (√8·η0), 16.0, 220
-    plan.lr(1)                                               # LR of optimizer step 1
-    split.micro_batch, split.accumulation_steps              # 1024, 1: how 8192 splits over 8
-    optimizer = optimizer_for(model, plan)                   # DATE over the plan's base optimizer
-    scheduler = scheduler_for(optimizer, plan)               # step it once per optimizer step
+    run = plan_for("lenet-mnist", batch=8192, devices=8)
+    run.plan.peak_lr, run.plan.warmup_epochs, run.plan.total_iterations
+    run.plan.lr(1)                                           # LR of optimizer step 1
+    run.split.micro_batch, run.split.accumulation_steps      # how 8192 splits over 8 devices
+    optimizer = optimizer_for(model, run)                    # DATE over the plan's base optimizer
+    scheduler = scheduler_for(optimizer, run)                # step it once per optimizer step
 
 Inside Hugging Face's Trainer or Lightning: :mod:`date_engine.integrations`. Importing this
 package does not import torch; the torch-based names load on first use.
@@ -30,31 +30,33 @@ _LAZY = {
     **dict.fromkeys(("baseline", "optimizer_for", "plan_for", "scheduler_for"),
                     "date_engine.api"),
     "NoiseScale": "date_engine.noise",
-    "baseline_from_hf": "date_engine.integrations.configs",
+    **dict.fromkeys(("baseline_from_file", "baseline_from_hf", "baseline_from_timm"),
+                    "date_engine.integrations.configs"),
     "DateError": "date_engine.errors",
     "PlanError": "date_engine.errors",
     "SpecError": "date_engine.errors",
-    **dict.fromkeys(("Derivation", "OptimizerSettings", "Phase", "Plan", "derive_plan"),
-                    "date_engine.plan"),
-    **dict.fromkeys(("BatchSplit", "RunPlan", "resolve_plan"), "date_engine.runplan"),
+    **dict.fromkeys(("Derivation", "OptimizerSettings", "Phase", "Plan"), "date_engine.plan"),
+    **dict.fromkeys(("BatchSplit", "RunPlan"), "date_engine.runplan"),
+    "Schedule": "date_engine.shapes",
     **dict.fromkeys(("Spec", "load_spec", "parse_spec"), "date_engine.spec"),
     "DATE": "date_engine.optim",
     "LAMB": "date_engine.optim",
     "LARS": "date_engine.optim",
-    "build_optimizer": "date_engine.optim.build",
-    "plan_scheduler": "date_engine.schedule",
 }
 
 if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from date_engine.api import baseline, optimizer_for, plan_for, scheduler_for
     from date_engine.errors import DateError, PlanError, SpecError
-    from date_engine.integrations.configs import baseline_from_hf
+    from date_engine.integrations.configs import (
+        baseline_from_file,
+        baseline_from_hf,
+        baseline_from_timm,
+    )
     from date_engine.noise import NoiseScale
     from date_engine.optim import DATE, LAMB, LARS
-    from date_engine.optim.build import build_optimizer
-    from date_engine.plan import Derivation, OptimizerSettings, Phase, Plan, derive_plan
-    from date_engine.runplan import BatchSplit, RunPlan, resolve_plan
-    from date_engine.schedule import plan_scheduler
+    from date_engine.plan import Derivation, OptimizerSettings, Phase, Plan
+    from date_engine.runplan import BatchSplit, RunPlan
+    from date_engine.shapes import Schedule
     from date_engine.spec import Spec, load_spec, parse_spec
 
 
@@ -83,17 +85,16 @@ __all__ = [
     "Plan",
     "PlanError",
     "RunPlan",
+    "Schedule",
     "Spec",
     "SpecError",
     "baseline",
+    "baseline_from_file",
     "baseline_from_hf",
-    "build_optimizer",
-    "derive_plan",
+    "baseline_from_timm",
     "load_spec",
     "optimizer_for",
     "parse_spec",
     "plan_for",
-    "plan_scheduler",
-    "resolve_plan",
     "scheduler_for",
 ]

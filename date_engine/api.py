@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
-from date_engine.errors import PlanError, SpecError
+from date_engine.errors import ArgumentError, DateError, PlanError, SpecError, expect, named
 from date_engine.runplan import RunPlan, resolve_plan
 from date_engine.spec import DateSpec, Spec, load_spec, parse_spec
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from date_engine.plan import Plan
     from date_engine.recipes import Recipe
 
-__all__ = ["baseline", "forecast_times", "memory_fit", "optimizer_for", "plan_for",
+__all__ = ["baseline", "config_spec", "forecast_times", "memory_fit", "optimizer_for", "plan_for",
            "scheduler_for", "spec_with"]
 
 
@@ -67,7 +67,10 @@ def spec_with(spec: Spec | str | Path, overrides: Iterable[str] = (), *,
     then ``probe``, ``budget`` and ``parallel`` set (date.probe, date.budget, train.parallel)."""
     import json
 
-    overrides = [overrides] if isinstance(overrides, str) else list(overrides)
+    overrides = [overrides] if isinstance(overrides, str) else list(_iterable(
+        overrides, "overrides", "key=value strings"))
+    for override in overrides:
+        expect(override, str, "overrides", "a list of key=value strings (e.g. 'baseline.lr=0.1')")
     if parallel is not None:
         overrides.append(f"train.parallel={json.dumps(parallel)}")
     if probe is not None:  # absolute, so that every process and sweep cell finds it
@@ -75,13 +78,40 @@ def spec_with(spec: Spec | str | Path, overrides: Iterable[str] = (), *,
     if budget is not None:
         budgets = get_args(DateSpec.model_fields["budget"].annotation)
         if budget not in budgets:
-            raise SpecError(f"--budget: must be one of {', '.join(budgets)}; got {budget!r}.")
+            raise SpecError(f"{named('budget', '--budget')}: must be one of "
+                            f"{', '.join(budgets)}; got {budget!r}.")
         overrides.append(f"date.budget={json.dumps(budget)}")
+    expect(spec, (Spec, str, Path), "spec", "a Spec (baseline(...), load_spec(...)), a YAML "
+           "path or a shipped baseline's name")
     if isinstance(spec, Spec):
         if not overrides:
             return spec
         return parse_spec(spec.model_dump(mode="json", exclude_none=True), overrides)
     return load_spec(spec, overrides)
+
+
+def config_spec(arg: str | None, config: Path, samples: int | None, devices: int | None,
+                overrides: list[str] | None, probe: Path | None, budget: str | None,
+                parallel: str | None) -> tuple[Path, Spec, str]:
+    """``date plan --from``: the baseline of a run's own configuration (SPEC not given), with
+    the overrides, and the Python expression that gives it."""
+    from date_engine.integrations.configs import baseline_from_file
+
+    if arg is not None:
+        raise DateError(f"give SPEC ({arg}) or --from {config}, not both.")
+    if samples is None:
+        raise DateError(f"--from {config} needs --train-samples N: the baseline's training "
+                        "samples per epoch (the length of its training set).")
+    world = devices or 1
+    spec = spec_with(baseline_from_file(config, samples, world), overrides or (), probe=probe,
+                     budget=budget, parallel=parallel)
+    return config, spec, f"baseline_from_file({str(config)!r}, {samples}, {world})"
+
+
+def _iterable(value: Any, parameter: str, what: str) -> Iterable[Any]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        expect(value, list, parameter, f"a list of {what}")
+    return value
 
 
 def plan_for(spec: Spec | str | Path, batch: int | None = None, *, devices: int = 1,
@@ -93,6 +123,9 @@ def plan_for(spec: Spec | str | Path, batch: int | None = None, *, devices: int 
     micro_batch`` (one pass per step). ``spec`` may be a Spec, a YAML path or a shipped baseline's
     name; n comes from the spec, else ``recipe``, else ``dataset_size``."""
     spec = spec_with(spec, overrides, probe=probe, budget=budget)
+    recipe = _recipe(recipe)
+    if dataset_size is not None:
+        expect(dataset_size, int, "plan_for: dataset_size", "the training samples per epoch (int)")
     if batch is None:
         if micro_batch is None:
             raise PlanError("plan_for: give batch, or devices and micro_batch (the batch is then "
@@ -101,7 +134,22 @@ def plan_for(spec: Spec | str | Path, batch: int | None = None, *, devices: int 
     return resolve_plan(spec, batch, devices, micro_batch, recipe, dataset_size)
 
 
-def _plan(run: RunPlan | Plan) -> Plan:
+def _recipe(recipe: Any) -> Recipe | None:
+    """``recipe``: a Recipe, or a registered recipe's name (a string, as ``date recipes`` lists
+    them)."""
+    from date_engine.recipes import Recipe, get_recipe
+
+    if isinstance(recipe, str):
+        return get_recipe(recipe)
+    if recipe is not None:
+        expect(recipe, Recipe, "plan_for: recipe", "a Recipe or a recipe's name")
+    return recipe
+
+
+def _plan(run: RunPlan | Plan, caller: str) -> Plan:
+    from date_engine.plan import Plan
+
+    expect(run, (RunPlan, Plan), f"{caller}: run", "a RunPlan (plan_for(...))")
     return run.plan if isinstance(run, RunPlan) else run
 
 
@@ -114,8 +162,16 @@ def optimizer_for(model: torch.nn.Module | Iterable[Any], run: RunPlan | Plan, *
 
     from date_engine.optim.build import build_base_optimizer, build_optimizer
 
-    plan = _plan(run)
-    params = model.named_parameters() if isinstance(model, torch.nn.Module) else model
+    plan = _plan(run, "optimizer_for")
+    expect(date, bool, "optimizer_for: date", "True (DATE's ratios) or False (the base alone)")
+    if isinstance(model, torch.nn.Module):
+        params = list(model.named_parameters())
+    else:
+        params = list(_iterable(model, "optimizer_for: model",
+                                "parameters: a torch module, or its named_parameters()"))
+    if not any(getattr(p, "requires_grad", False) for p in _tensors(params)):
+        raise ArgumentError("optimizer_for: model has no parameters to train (none requires "
+                            "grad); pass the model after its layers are built.")
     if date:
         return build_optimizer(params, plan.optimizer, plan.peak_lr)
     return build_base_optimizer(params, plan.optimizer.name, plan.optimizer.options,
@@ -123,12 +179,26 @@ def optimizer_for(model: torch.nn.Module | Iterable[Any], run: RunPlan | Plan, *
 
 
 def scheduler_for(optimizer: torch.optim.Optimizer, run: RunPlan | Plan
-                  ) -> torch.optim.lr_scheduler.LambdaLR:
+                  ) -> torch.optim.lr_scheduler.LRScheduler:
     """The plan's LR schedule over ``optimizer``: step it once per optimizer step (not per
     micro-batch, not per process); optimizer step s (from 1) runs at ``plan.lr(s)``."""
+    import torch
+
     from date_engine.schedule import plan_scheduler
 
-    return plan_scheduler(optimizer, _plan(run))
+    plan = _plan(run, "scheduler_for")
+    expect(optimizer, torch.optim.Optimizer, "scheduler_for: optimizer",
+           "the torch optimizer to schedule (optimizer_for(model, run))")
+    return plan_scheduler(optimizer, plan)
+
+
+def _tensors(params: list[Any]) -> Iterable[Any]:
+    """The parameters of ``params``: bare, (name, parameter) pairs, or param groups of either."""
+    for item in params:
+        if isinstance(item, dict):
+            yield from _tensors(list(item.get("params", ())))
+        else:
+            yield item[1] if isinstance(item, tuple) and len(item) == 2 else item
 
 
 def memory_fit(run: RunPlan, bench_path: Path | None, device_memory: str) -> Any:

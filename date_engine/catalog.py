@@ -87,16 +87,13 @@ class OptimizerEntry:
 
 # The default rule per family, decided by the studies of docs/results.md (§ "Rules per optimizer
 # family"); each reason names its evidence.
-SGD_RULE = BatchRule(
-    1.0, "linear scaling: SGD's noise-dominated SDE (Goyal et al. 2017; Malladi et al. 2022)")
+SGD_RULE = BatchRule(1.0, "k× the LR keeps your run's noise per epoch (docs/algorithm.md §6)")
 ADAPTIVE_RULE = BatchRule(
-    0.5, "the SDE's √k (Malladi et al. 2022): a tuned baseline sits near its best LR, where "
-    "k^0.75 overshot (measured: docs/results.md)", second_moment="alpha", scale_eps=True,
-    probed_exponent=0.75,
-    probed_reason="between the SDE's √k and the k a sign-like step needs: the probe's LR check "
-    "found room (measured: docs/results.md)")
+    0.5, "√k keeps your run's update noise per epoch (docs/algorithm.md §6)",
+    second_moment="alpha", scale_eps=True, probed_exponent=0.75,
+    probed_reason="your probe found room above √k (docs/algorithm.md §6)")
 ADAGRAD_RULE = BatchRule(
-    0.5, "the paper's √k: it held best where k^0 and k lost (measured: docs/results.md)")
+    0.5, "√k, the paper's, held best here (docs/algorithm.md §6)")
 
 
 def _entry(name: str, family: Family, cls: str, in_spec: bool = True,
@@ -200,14 +197,14 @@ def step_path(name: str, options: Mapping[str, Any], mode: str) -> tuple[str, st
     torch has a fused kernel for it)."""
     if mode == "off" and entry(name).family != "layerwise":
         how = "fused kernel" if name in _TORCH_FUSED else "multi-tensor passes"
-        return "off", f"{name}'s own torch step, its {how} (no layer ratios)"
+        return "off", f"{name}'s own torch step, its {how} (no per-layer ratios)"
     kernel = _HOST_KERNELS.get(name)
     if name == "rmsprop" and (options.get("momentum") or options.get("centered")):
         kernel = None
     if kernel is None:
-        return "foreach", "multi-tensor passes (no fused torch kernel computes this step per layer)"
-    return "fused", (f"torch's fused {kernel} kernel, once per layer at its rate, on the CPU; "
-                     "multi-tensor passes on accelerators")
+        return "foreach", f"{name}'s update at each layer's rate, in multi-tensor passes"
+    return "fused", (f"{name}'s update at each layer's rate: a fused torch kernel per layer on "
+                     "CPUs, multi-tensor passes on GPUs")
 
 
 def state_tensors(name: str, options: Mapping[str, Any]) -> int:

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from date_engine import cli_options as o
 from date_engine.checks import check_launch, output_file, output_folder, parse_size
-from date_engine.errors import DateError
+from date_engine.errors import DateError, as_command_line
 from date_engine.probe import DEFAULT_POINTS, DEFAULT_SHARE
 from date_engine.spec import Spec
 from date_engine.sweep.schemes import DEFAULT_LR_GRID
@@ -35,9 +35,10 @@ app = typer.Typer(
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn a user's mistake into one line on stderr and exit code 2."""
+    """Turn a user's mistake into one line on stderr and exit code 2; errors name the flags."""
     try:
-        yield
+        with as_command_line():
+            yield
     except DateError as exc:
         from date_engine.view.console import error_line
 
@@ -69,7 +70,7 @@ def _root(version: Annotated[bool, o.flag("--version", callback=_version, is_eag
     --version gives its version)."""
 
 
-def _spec(arg: str, overrides: list[str] | None, probe: Path | None = None,
+def _spec(arg: str | None, overrides: list[str] | None, probe: Path | None = None,
           budget: str | None = None, parallel: str | None = None) -> tuple[Path, Spec]:
     """SPEC (a file, or a shipped baseline's name) validated, with the overrides; ``--probe``,
     ``--budget`` and ``--parallel`` last (they set date.probe, date.budget, train.parallel)."""
@@ -77,6 +78,9 @@ def _spec(arg: str, overrides: list[str] | None, probe: Path | None = None,
     from date_engine.checks import a_path
     from date_engine.spec import shipped_or_path
 
+    if arg is None:  # date plan's SPEC is optional: --from gives the baseline instead
+        raise DateError("give the baseline: SPEC (a YAML, or a shipped name: date recipes), or "
+                        "--from a run's TrainingArguments JSON or timm args.yaml.")
     path = shipped_or_path(a_path(arg, "SPEC"))
     return path, spec_with(path, overrides or (), probe=probe, budget=budget, parallel=parallel)
 
@@ -99,19 +103,22 @@ def _command_line(command: str) -> str:
 @app.command("plan", epilog="Example: date plan lenet-mnist --batch 8k --compare | date plan "
              "my.yaml --batch 8k --devices 64 --emit hf-args")
 def plan_command(
-    spec_arg: o.SpecArg, batch: o.BatchOpt, nproc: o.NprocOpt = 1, micro_batch: o.MicroOpt = None,
-    overrides: o.SetOpt = None, probe: o.ProbeOpt = None, budget: o.BudgetOpt = None,
+    spec_arg: o.PlanSpecArg = None, *, batch: o.BatchOpt, nproc: o.NprocOpt = 1,
+    micro_batch: o.MicroOpt = None, overrides: o.SetOpt = None, probe: o.ProbeOpt = None,
+    budget: o.BudgetOpt = None,
     parallel: o.ParallelOpt = None, as_json: o.PlanJsonOpt = False, plot: o.PlotOpt = None,
     compare: o.CompareOpt = False, devices: o.DevicesOpt = None, bench: o.BenchOpt = None,
     baseline_devices: o.BaselineDevicesOpt = None, link: o.LinkOpt = None,
     emit: o.EmitOpt = None, device_memory: o.DeviceMemoryOpt = None,
+    from_config: o.FromOpt = None, train_samples: o.TrainSamplesOpt = None,
 ) -> None:
     """Show every number DATE derives for BATCH, with its formula, before any training: by
     default the optimizer family's rule (k^p·η0 and the optimizer's batch-dependent settings);
     --set date.rule=paper for the paper's √k·η0. With --devices, the split over them; with
     --bench too, the time of a step, of the run and of the baseline, and the speedup. --emit
-    prints the settings for Hugging Face's Trainer, Lightning or accelerate instead."""
-    from date_engine.api import forecast_times, memory_fit, plan_for
+    prints the settings for Hugging Face's Trainer, Lightning or accelerate instead. --from reads
+    the baseline from a Hugging Face or timm run's own configuration."""
+    from date_engine.api import config_spec, forecast_times, memory_fit, plan_for
     from date_engine.recipes import spec_recipe
     from date_engine.sweep.schemes import SCHEMES, scheme_spec
     from date_engine.timing import parse_link
@@ -124,14 +131,17 @@ def plan_command(
             raise DateError(f"--devices {devices} and --nproc {nproc} disagree; give one of them.")
         if link is not None and bench is None:
             raise DateError("--link goes with --bench (it replaces the bench's measured link).")
-        path, spec = _spec(spec_arg, overrides, probe, budget, parallel)
+        path, spec, spec_call = (*_spec(spec_arg, overrides, probe, budget, parallel),
+                                 repr(spec_arg)) if from_config is None else config_spec(
+            spec_arg, from_config, train_samples, baseline_devices, overrides, probe, budget,
+            parallel)
         size, recipe, world = parse_size(batch, "--batch"), spec_recipe(spec), devices or nproc
         planned = plan_for(spec, size, devices=world, micro_batch=micro_batch, recipe=recipe)
         if emit is not None:
             from date_engine.view.emit import plan_call, print_emitted
 
-            return print_emitted(emit, planned, spec.train.grad_clip, plan_call(
-                spec_arg, planned, list(overrides or ()), probe and str(probe.absolute()), budget))
+            return print_emitted(emit, planned, plan_call(
+                spec_call, planned, list(overrides or ()), probe and str(probe.absolute()), budget))
         others = {name: plan_for(scheme_spec(spec, SCHEMES[name]), size, devices=world,
                                  micro_batch=micro_batch, recipe=recipe).plan
                   for name in ("paper" if spec.date.rule == "date" else "date", "linear")
@@ -150,18 +160,10 @@ def plan_command(
             print(json.dumps(plan_document(planned, parameters, others, times, spec.date.budget,
                                            memory), indent=2))
         else:
-            from date_engine.view.plan import print_plan
+            from date_engine.view.plan import show_plan
 
-            console = Console(highlight=False)
-            print_plan(console, path, spec.recipe, planned, others, planned.sharding(parameters),
-                       auto=spec.train.micro_batch == "auto" and micro_batch is None)
-            if times:
-                from date_engine.view.timing import render_time
-
-                console.print(render_time(times[spec.date.budget], times, memory))
-            elif devices is not None:
-                console.print("For the time on these devices add --bench bench.json (from date "
-                              "bench SPEC on your hardware).", markup=False, soft_wrap=True)
+            show_plan(Console(highlight=False), path, spec, planned, others, parameters,
+                      micro_batch, times, memory, devices)
         if plot is not None:
             _stderr().print(f"LR curve written to {plot}", markup=False)
 

@@ -35,7 +35,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from date_engine.catalog import BatchRule, OptimizerSettings, entry
-from date_engine.errors import PlanError
+from date_engine.errors import PlanError, expect, named
 from date_engine.forecast import Forecast, NoiseCurve, forecast
 from date_engine.ramp import Change, Rung, follow, ramp
 from date_engine.shapes import Schedule
@@ -172,6 +172,10 @@ class Plan:
     schedule: Schedule = field(default_factory=Schedule)
     """The baseline's shape after warmup, kept (date_engine/shapes.py); DATE's linear decay to the
     floor by default."""
+    grad_clip: float | None = None
+    """The baseline's gradient clipping (``train.grad_clip``), the global norm every optimizer
+    step is clipped to, kept at every batch; None: no clipping. ``date scale``, ``--emit`` and the
+    adapters all read it here."""
 
     @property
     def ramp_changes(self) -> tuple[Change, ...]:
@@ -333,6 +337,8 @@ class Plan:
             del values["optimizer"]["decay_exempt"]
         if self.schedule.is_date_default:
             del values["schedule"]
+        if self.grad_clip is None:
+            del values["grad_clip"]
         return _json_values(values)
 
     @classmethod
@@ -412,15 +418,14 @@ def _peak_lr(d: _Ledger, spec: Spec, k: float, curve: NoiseCurve | None
         note = ""
         if rule.probed_exponent is not None:
             p, reason, note = _probed(rule, curve)
-        why = f"{spec.baseline.optimizer.family} family: {reason}"
+        why = reason
         b0 = spec.baseline.batch_size
         capped = _capped(date.lr_cap, curve, rule.probed_exponent is not None, date.budget)
         if capped and k * b0 > (cap := curve(curve.last)):
             kc = max(cap / b0, 1.0)
             peak = d("η", "peak_lr", kc**p * eta0, f"(max(B_cap, B0) / B0)^{p:g} · η0",
                      f"({max(cap, b0):.5g} / {b0})^{p:g} · {eta0:.5g}",
-                     f"{why}; capped at the probe's noise scale B_cap (date.lr_cap: "
-                     f"{date.lr_cap})")
+                     f"stops at your probe's noise scale (date.lr_cap: {date.lr_cap})")
             note += (f" The LR stops growing at the probe's noise scale, batch {cap:,.0f} "
                      "(date.lr_cap).")
             return scaling, p, peak, note.strip()
@@ -454,8 +459,7 @@ def _probed(rule: BatchRule, curve: NoiseCurve | None) -> tuple[float, str, str]
         return q, rule.probed_reason, (f"LR exponent {q:g}: the probe's LR check found room "
                                        "(twice the baseline's LR trained it faster).")
     if curve is not None and curve.lr_checked:
-        return p, ("the SDE's √k: the probe's LR check found twice the baseline's LR trains it "
-                   "no faster (measured: docs/results.md)"), (
+        return p, "√k: your probe found no room above it (docs/algorithm.md §6)", (
             f"LR exponent {p:g}: the probe's LR check found the baseline steps-limited (twice "
             "its LR trains it no faster).")
     why = "this probe ran without its LR check" if curve is not None else "no probe"
@@ -499,9 +503,8 @@ _HALF_LIFE = ("the running average of g² spans the same samples: k× fewer, k×
 
 
 def require_spec(spec: Any, caller: str) -> None:
-    if not isinstance(spec, Spec):
-        raise TypeError(f"{caller} takes a validated Spec, from load_spec(path) or "
-                        f"parse_spec(mapping); got {type(spec).__name__}.")
+    expect(spec, Spec, f"{caller}: spec", "a validated Spec (load_spec(path), "
+           "parse_spec(mapping) or baseline(...))")
 
 
 def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
@@ -521,11 +524,12 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
     """
     require_spec(spec, "derive_plan")
     base, date = spec.baseline, spec.date
-    batch = positive_int("--batch", batch)
+    batch = positive_int(named("batch", "--batch"), batch)
     n, source = samples_per_epoch(spec, dataset_size, dataset_size_source)
     if batch > n:
         raise PlanError(f"batch {batch} is larger than the data set ({n} samples, {source}); "
-                        f"choose --batch {largest_batch(spec, n, multiple_of)} or less.")
+                        f"choose {named('batch', '--batch', largest_batch(spec, n, multiple_of))}"
+                        " or less.")
     b0, eta0, w0 = base.batch_size, base.lr, base.warmup_epochs
     d = _Ledger()
     i0 = _baseline_steps(spec, n)
@@ -577,7 +581,7 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         max_legw_batch=max_batch, optimizer=optimizer, derivations=tuple(d.rows),
         budget=date.budget, noise_curve=noise_curve, forecast=ahead, ramp=stages,
         ramp_mode=date.ramp, ramp_reach=date.ramp_reach, rules_version=RULES_VERSION,
-        schedule=schedule,
+        schedule=schedule, grad_clip=spec.train.grad_clip,
     )
 
 
@@ -655,7 +659,8 @@ def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, n: int,
     if curve is None:
         raise PlanError(
             "date.budget is ramp, which grows the batch with the noise scale a probe measured; "
-            "run date probe SPEC and pass --probe <its probe.json>, or use --budget same-epochs.")
+            f"run date probe SPEC and pass {named('probe', '--probe', '<its probe.json>')}, or "
+            f"use {named('budget', '--budget', 'same-epochs')}.")
     b0, measured = spec.baseline.batch_size, spec.date.ramp == "measured"
     reach = spec.date.ramp_reach
     rungs = ramp(curve, batch, b0, e0, n, multiple_of, reach)
@@ -695,7 +700,8 @@ def _forecast(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, b0: 
         if spec.date.budget == "hold":
             raise PlanError(
                 "date.budget is hold, which takes its epochs from a probe's forecast; run date "
-                "probe SPEC and pass --probe <its probe.json>, or use --budget same-epochs.")
+                f"probe SPEC and pass {named('probe', '--probe', '<its probe.json>')}, or use "
+                f"{named('budget', '--budget', 'same-epochs')}.")
         return None
     ahead = forecast(curve, batch, b0, e0, n)
     d("B_noise", "forecast.noise_at_end", ahead.noise_at_end, "a · E0^β",

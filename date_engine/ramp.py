@@ -173,7 +173,10 @@ def _progress_at(curve: NoiseCurve, noise: float) -> float:
     """e with a·e^β = noise (β > 0: the noise scale grows); infinity if it never does."""
     if curve.beta <= 0:
         return math.inf if noise > curve.a else 0.0
-    return (noise / curve.a) ** (1.0 / curve.beta)
+    try:
+        return (noise / curve.a) ** (1.0 / curve.beta)
+    except OverflowError:  # a curve so flat the noise reaches this only past any run's end
+        return math.inf
 
 
 class Follower:

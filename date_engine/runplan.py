@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from date_engine.catalog import entry, state_tensors, step_path
-from date_engine.errors import PlanError
+from date_engine.errors import PlanError, named
 from date_engine.forecast import NoiseCurve
 from date_engine.plan import (
     BatchStage,
@@ -143,19 +143,19 @@ def split_batch(batch: int, world_size: int, micro_batch: int | None) -> BatchSp
     """Split ``batch`` over ``world_size`` processes with ``micro_batch`` samples per pass (by
     default a process's whole share): ``batch == micro × world × accumulation`` exactly, or a
     :class:`PlanError` naming values that would work."""
-    world_size = positive_int("--nproc (world size)", world_size)
+    world_size = positive_int(named("devices", "--nproc"), world_size)
     if micro_batch is not None:
-        micro_batch = positive_int("--micro-batch", micro_batch)
+        micro_batch = positive_int(named("micro_batch", "--micro-batch"), micro_batch)
     if world_size > batch:
         raise PlanError(f"batch {batch} over {world_size} processes leaves processes without a "
-                        f"sample; use --nproc {batch} or fewer (each process trains at least one "
-                        "sample per step).")
+                        f"sample; use {named('devices', '--nproc', batch)} or fewer (each "
+                        "process trains at least one sample per step).")
     if batch % world_size:
         sizes = [d for d in _divisors(batch) if d <= max(2 * world_size, 8)]
         lower, upper = (batch // world_size) * world_size, -(-batch // world_size) * world_size
         raise PlanError(
             f"batch {batch} does not divide evenly over {world_size} processes; use a batch of "
-            f"{_either(lower, upper)}, or --nproc {_list(sizes)}."
+            f"{_either(lower, upper)}, or {named('devices', '--nproc')} {_list(sizes)}."
         )
     per_process = batch // world_size
     if micro_batch is None:
@@ -163,7 +163,8 @@ def split_batch(batch: int, world_size: int, micro_batch: int | None) -> BatchSp
     if micro_batch > per_process:
         raise PlanError(
             f"micro-batch {micro_batch} is larger than each process's share of the batch "
-            f"({batch} / {world_size} = {per_process}); use --micro-batch {per_process} or less."
+            f"({batch} / {world_size} = {per_process}); use "
+            f"{named('micro_batch', '--micro-batch', per_process)} or less."
         )
     if per_process % micro_batch:
         below = largest_divisor(per_process, micro_batch)
@@ -330,12 +331,12 @@ def resolve_plan(
     from it and reads no file).
     """
     require_spec(spec, "resolve_plan")
-    batch = positive_int("--batch", batch)
+    batch = positive_int(named("batch", "--batch"), batch)
     if recipe is not None and recipe.dataset_size is not None:
         n, source = recipe.dataset_size, f"recipe {recipe.name}"
     else:
         n, source = dataset_size, "the training data"
-    world_size = positive_int("--nproc (world size)", world_size)
+    world_size = positive_int(named("devices", "--nproc"), world_size)
     curve = noise_curve
     if curve is None and spec.date.probe is not None:
         samples, _ = samples_per_epoch(spec, n, source)

@@ -41,7 +41,7 @@ from pydantic import (
 )
 
 from date_engine.catalog import LAYER_RATIO_DEFAULTS, entry, spec_names
-from date_engine.errors import SpecError
+from date_engine.errors import SpecError, named
 from date_engine.files import read_small_text
 from date_engine.shapes import DecayShape, Schedule, Shape
 
@@ -646,7 +646,7 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[st
             if not isinstance(child, dict):
                 prefix = ".".join(parts[: depth + 1])
                 raise SpecError(
-                    f"--set {override}: '{prefix}' holds a value ({child!r}), not a section; "
+                    f"{_set(override)}: '{prefix}' holds a value ({child!r}), not a section; "
                     f"set '{prefix}=...' instead."
                 )
             node = child
@@ -654,19 +654,24 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[st
     return data
 
 
+def _set(override: str) -> str:
+    """An override as the user gave it: ``--set KEY=VALUE`` or ``overrides 'KEY=VALUE'``."""
+    return f"{named('overrides', '--set')} {override!r}"
+
+
 def _split_override(override: str) -> tuple[str, Any]:
     key, sep, text = override.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
         raise SpecError(
-            f"--set {override!r}: expected key=value with a dotted key, "
-            "e.g. --set baseline.lr=0.1 or --set date.scaling=linear."
+            f"{_set(override)}: expected key=value with a dotted key, e.g. "
+            f"{_set('baseline.lr=0.1')} or {_set('date.scaling=linear')}."
         )
     try:
-        value = _yaml(text, f"--set {override!r}") if text.strip() else None
+        value = _yaml(text, _set(override)) if text.strip() else None
     except yaml.YAMLError:
         raise SpecError(
-            f"--set {override!r}: the value is not valid YAML; quote it, e.g. --set {key}='...'."
+            f"{_set(override)}: the value is not valid YAML; quote it, e.g. {_set(key + '=...')}."
         ) from None
     return key, value
 
@@ -742,7 +747,7 @@ def describe_error(
     else:
         text = f"{field}: {err['msg']} (got {got!r})."
     if field in overridden or any(field.startswith(o + ".") for o in overridden):
-        text = text[:-1] + " (set by --set)."
+        text = text[:-1] + f" (set by {named('overrides', '--set')})."
     return text
 
 

@@ -2,7 +2,7 @@
 per process for every optimizer step; the plan's schedule is per optimizer step, so it is built
 with ``step_scheduler_with_optimizer=False`` and stepped by hand when the gradients sync.
 
-    pip install 'date-engine[hf]'
+    pip install -e '.[hf]'
     python examples/accelerate_loop.py                           # one process
     torchrun --nproc-per-node 2 examples/accelerate_loop.py      # two (gloo on a CPU)
 """

@@ -1,7 +1,7 @@
 """Hugging Face's Trainer on a date_engine plan: the batch split, steps, LR, β2, ε and λ as
 TrainingArguments, and DATE's optimizer with the plan's LR curve through DateTrainer.
 
-    pip install 'date-engine[hf]'
+    pip install -e '.[hf]'
     python examples/hf_trainer.py                                # one process
     torchrun --nproc-per-node 2 examples/hf_trainer.py           # two (gloo on a CPU)
 """

@@ -2,7 +2,7 @@
 plan, DATE's optimizer and the plan's LR (stepped per optimizer step) from configure_optimizers,
 and a callback that checks the Trainer against the plan before the first step.
 
-    pip install 'date-engine[lightning]'
+    pip install -e '.[lightning]'
     python examples/lightning_trainer.py                                 # one process
     torchrun --nproc-per-node 2 examples/lightning_trainer.py            # two (gloo on a CPU)
 """

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from date_engine import DateError, derive_plan, load_spec
+from date_engine import DateError, load_spec
+from date_engine.plan import derive_plan
 
 
 def main(spec_path: str, batch: int) -> None:

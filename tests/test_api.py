@@ -7,15 +7,17 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import date_engine
+from date_engine import DateError, optimizer_for, plan_for, scheduler_for
 from tests.conftest import ROOT
 
 
 def test_public_names_resolve():
     for name in date_engine.__all__:
         assert getattr(date_engine, name) is not None, name
-    from date_engine import DATE, LAMB, LARS, build_optimizer, plan_scheduler  # noqa: F401
+    from date_engine import DATE, LAMB, LARS  # noqa: F401
 
 
 def test_import_does_not_load_torch_until_a_torch_name_is_used():
@@ -36,11 +38,14 @@ def test_wrong_arguments_to_the_api_get_a_sentence():
     (AttributeError, KeyError 'momentum'): each is refused at the door, saying what to pass."""
     import torch
 
-    from date_engine import DATE, build_optimizer, derive_plan, load_spec, resolve_plan
+    from date_engine import DATE, load_spec
+    from date_engine.optim.build import build_optimizer
+    from date_engine.plan import derive_plan
+    from date_engine.runplan import resolve_plan
 
-    with pytest.raises(TypeError, match="derive_plan takes a validated Spec.*got dict"):
+    with pytest.raises(TypeError, match="derive_plan: spec must be a validated Spec.*got a dict"):
         derive_plan({"baseline": {}}, 8)
-    with pytest.raises(TypeError, match="resolve_plan takes a validated Spec"):
+    with pytest.raises(DateError, match="resolve_plan: spec must be a validated Spec"):
         resolve_plan({"baseline": {}}, 8)
     with pytest.raises(TypeError, match="load_spec takes the path.*got NoneType"):
         load_spec(None)
@@ -64,6 +69,49 @@ def test_wrong_arguments_to_the_api_get_a_sentence():
     assert sgd.param_groups[0]["momentum"] == 0.9
 
 
+@pytest.mark.parametrize("call, says", [
+    (lambda run: plan_for("lenet-digits", 512, overrides=[5]),
+     "overrides must be a list of key=value strings .*, got 5."),
+    (lambda run: plan_for("lenet-digits", 512, overrides="baseline.lr"),
+     "expected key=value"),
+    (lambda run: plan_for(5, 512), "spec must be a Spec .*, got 5."),
+    (lambda run: plan_for("lenet-digits", 512, recipe=3),
+     "plan_for: recipe must be a Recipe or a recipe's name, got 3."),
+    (lambda run: plan_for("lenet-digits", "512"), "batch must be a positive whole number"),
+    (lambda run: optimizer_for(None, run), "optimizer_for: model must be a list of parameters"),
+    (lambda run: optimizer_for(torch.nn.ReLU(), run), "optimizer_for: model has no parameters"),
+    (lambda run: optimizer_for(torch.nn.Linear(2, 2), run, date="yes"),
+     "optimizer_for: date must be True .*, got 'yes'."),
+    (lambda run: scheduler_for(optimizer_for(torch.nn.Linear(2, 2), run), None),
+     "scheduler_for: run must be a RunPlan"),
+    (lambda run: scheduler_for(None, run), "scheduler_for: optimizer must be the torch optimizer"),
+    (lambda run: plan_for("lenet-digits", 513, devices=2),
+     "use a batch of 512 or 514, or devices 1 or 3."),
+    (lambda run: plan_for("lenet-digits", 512, devices=1, micro_batch=1024),
+     "use micro_batch=512 or less."),
+    (lambda run: plan_for("lenet-digits", 512, budget="hold"),
+     "pass probe='<its probe.json>', or use budget='same-epochs'."),
+])
+def test_each_public_function_refuses_a_wrong_argument_in_one_sentence_naming_it(call, says):
+    """A wrong type or value is a DateError naming the Python parameter (not a CLI flag), never
+    an AttributeError from deep inside; a wrong type is a TypeError too."""
+    run = plan_for("lenet-digits", 512)
+    with pytest.raises(DateError, match=says) as refused:
+        call(run)
+    assert "--" not in str(refused.value) and len(str(refused.value).splitlines()) == 1
+
+
+def test_a_recipe_may_be_named_and_the_command_line_names_its_flags():
+    from typer.testing import CliRunner
+
+    from date_engine.cli import app
+
+    named = plan_for("lenet-digits", 512, recipe="lenet-digits")
+    assert named.plan == plan_for("lenet-digits", 512).plan
+    out = CliRunner().invoke(app, ["plan", "lenet-digits", "--batch", "513", "--nproc", "2"])
+    assert out.exit_code == 2 and "or --nproc 1 or 3." in out.output
+
+
 def test_the_command_line_and_the_trainer_stay_within_their_bounds():
     """cli.py parses, calls and prints (≤ 450 lines); the bundled Trainer ≤ 350 lines with no
     method over 40: logic that grows there belongs in the library."""
@@ -79,7 +127,8 @@ def test_the_command_line_and_the_trainer_stay_within_their_bounds():
 
 
 def test_one_api_from_a_baseline_given_in_python_or_a_shipped_name():
-    from date_engine import baseline, load_spec, plan_for, resolve_plan
+    from date_engine import baseline, load_spec, plan_for
+    from date_engine.runplan import resolve_plan
 
     spec = baseline(batch_size=256, lr=1e-3, warmup_epochs=0.25, epochs=10,
                     dataset_size=60_000, optimizer="adamw", weight_decay=0.01)

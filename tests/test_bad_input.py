@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -342,6 +342,7 @@ PROBE_VALUES = st.one_of(SCALARS, st.lists(SCALARS, max_size=3),
 @given(changes=st.lists(st.tuples(st.sampled_from(PROBE_FIELDS), st.booleans(), PROBE_VALUES),
                         min_size=1, max_size=3), budget=st.sampled_from(["same-epochs", "hold",
                                                                           "ramp"]))
+@example(changes=[("points.1.epoch", False, 36550318388.0)], budget="ramp")  # a·e^β overflowed
 def test_fuzz_probe_files(tmp_path, changes, budget):
     """Any probe.json with fields changed or removed: `date plan --probe` exits 0 or 2, with no
     traceback and no hang."""

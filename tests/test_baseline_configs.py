@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from date_engine import baseline_from_hf, derive_plan, optimizer_for, plan_for, scheduler_for
+from date_engine import baseline_from_hf, optimizer_for, plan_for, scheduler_for
 from date_engine.errors import SpecError
+from date_engine.plan import derive_plan
 from tests.bounds import float64_formula
 
 transformers = pytest.importorskip("transformers")

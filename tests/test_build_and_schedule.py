@@ -7,10 +7,11 @@ import io
 import pytest
 import torch
 
-from date_engine import derive_plan, parse_spec
+from date_engine import parse_spec
 from date_engine.catalog import CATALOG, LAYER_RATIO_DEFAULTS
 from date_engine.optim import DATE, LARS
 from date_engine.optim.build import build_base_optimizer, build_optimizer
+from date_engine.plan import derive_plan
 from date_engine.schedule import plan_scheduler
 from date_engine.spec import OptimizerSpec
 from tests.bounds import close_within, float64_formula

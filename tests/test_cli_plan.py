@@ -95,7 +95,7 @@ BAD_INPUT = [
     ([LENET, "--batch", 60001], "larger than the data set (60000 samples"),  # B > n
     ([LENET, "--batch", 0], "--batch must be a positive whole number, got 0"),
     ([LENET, "--batch", -8], "--batch must be a positive whole number, got -8"),
-    ([LENET, "--batch", 8192, "--nproc", 0], "--nproc (world size) must be a positive"),
+    ([LENET, "--batch", 8192, "--nproc", 0], "--nproc must be a positive"),
     ([LENET, "--batch", 8192, "--micro-batch", 0], "--micro-batch must be a positive"),
     ([LENET, "--batch", 8192, "--set", "baseline.lr=-0.1"], "baseline.lr: must be > 0.0"),
     (

@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from date_engine import DATE, LAMB, LARS, derive_plan, load_spec, resolve_plan
+from date_engine import DATE, LAMB, LARS, load_spec
 from date_engine.data.idx import check_labels
 from date_engine.errors import DataError
 from date_engine.optim.build import build_optimizer
+from date_engine.plan import derive_plan
+from date_engine.runplan import resolve_plan
 from tests.bounds import close_within
 from tests.conftest import RECIPES
 

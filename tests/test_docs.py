@@ -3,9 +3,11 @@ data gives (regenerated, never matched with regular expressions over prose)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -60,16 +62,22 @@ def test_readme_opens_with_install_and_a_command_on_a_shipped_recipe():
     assert len(README.split()) <= 1800
 
 
-def test_readme_python_example_matches_its_comments():
+def test_readme_python_example_runs_as_written_and_prints_what_it_says(capsys):
+    pytest.importorskip("transformers")
     block = re.search(r"```python\n(.*?)```", README, flags=re.S).group(1)
-    setup = block.split("for step")[0].replace("recipes/", str(ROOT / "recipes") + "/")
     scope: dict = {}
-    exec(setup.split("plan.peak_lr,")[0], scope)
-    plan, split = scope["plan"], scope["split"]
-    claimed = re.search(r"# (.*)", block.split("plan.peak_lr,")[1]).group(1)
-    shown = [float(x) for x in claimed.split(", ")]
-    actual = [plan.peak_lr, plan.warmup_epochs, plan.total_iterations, split.accumulation_steps]
-    assert [round(a, 7) for a in actual] == shown
+    with tempfile.TemporaryDirectory() as out:
+        cwd = os.getcwd()
+        os.chdir(out)  # training_arguments(run, "out") writes nothing until train()
+        try:
+            exec(block, scope)
+        finally:
+            os.chdir(cwd)
+    claimed = re.search(r"print\(.*# (.*)", block).group(1).split()
+    printed = capsys.readouterr().out.split()
+    assert [round(float(x), 7) for x in printed] == [float(x) for x in claimed]
+    assert scope["trainer"].plan is scope["run"]  # DateTrainer(plan=run): the RunPlan itself
+    assert scope["scheduler"].optimizer is scope["optimizer"]
 
 
 def test_example_script_runs():
@@ -77,7 +85,8 @@ def test_example_script_runs():
         [sys.executable, "examples/plan_in_python.py", "recipes/lenet-mnist.yaml", "8192"],
         capture_output=True, text=True, cwd=ROOT, check=True,
     )
-    from date_engine import derive_plan, load_spec
+    from date_engine import load_spec
+    from date_engine.plan import derive_plan
 
     plan = derive_plan(load_spec(ROOT / "recipes/lenet-mnist.yaml"), 8192)
     assert f"peak lr = {plan.peak_lr:.5g}" in out.stdout and "220 steps" in out.stdout
@@ -147,7 +156,8 @@ def test_readmes_plan_excerpt_is_what_date_plan_prints():
 
 def test_quick_start_numbers_are_the_plans():
     """k, the peak LR's factor, the warmup and the steps the quick start quotes."""
-    from date_engine import load_spec, resolve_plan
+    from date_engine import load_spec
+    from date_engine.runplan import resolve_plan
 
     spec = load_spec(ROOT / "recipes" / "lenet-digits.yaml")
     big, base = resolve_plan(spec, 256).plan, resolve_plan(spec, 16).plan

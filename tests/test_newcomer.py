@@ -162,14 +162,14 @@ def test_the_extras_name_survives_in_the_message(tmp_path):
     result = blocked("matplotlib", "plan", "lenet-mnist", "--batch", "8192", "--plot",
                      str(tmp_path / "lr.png"))
     assert result.returncode == 2
-    assert "pip install 'date-engine[plot]'" in result.stderr
+    assert "pip install -e '.[plot]'" in result.stderr
 
 
 def test_a_missing_package_is_named_before_training():
     result = blocked("sacrebleu", "scale", "gnmt", "--batch", "256", "--dry-run")
     assert result.returncode == 2, result.stdout + result.stderr
     assert "recipe gnmt scores BLEU with sacrebleu" in result.stderr
-    assert "pip install 'date-engine[translation]'" in result.stderr
+    assert "pip install -e '.[translation]'" in result.stderr
     assert "dry run:" not in result.stdout  # refused before anything trained
 
 

@@ -13,9 +13,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from date_engine import PlanError, load_spec, resolve_plan
+from date_engine import PlanError, load_spec
 from date_engine.cli import app
 from date_engine.recipes import get_recipe
+from date_engine.runplan import resolve_plan
 from date_engine.sweep import SweepOptions, Tolerance, parse_schemes, plan_sweep
 from date_engine.sweep.runner import prepare_cell
 from tests.conftest import RECIPES

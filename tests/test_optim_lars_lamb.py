@@ -219,7 +219,9 @@ def test_a_spec_s_phi_bounds_let_a_zero_initialised_layer_grow_under_lamb(lenet_
     """LAMB's step of a layer is η·φ(‖w‖)·u/‖u‖: with φ the identity a layer that starts at zero
     (a transformer's zero-initialised head) grows by (1 + η) a step after its first;
     ``phi_bounds`` from the spec reach the optimizer and a lower bound lets it grow."""
-    from date_engine import build_optimizer, derive_plan, parse_spec
+    from date_engine import parse_spec
+    from date_engine.optim.build import build_optimizer
+    from date_engine.plan import derive_plan
 
     def head_norm_after(optimizer_spec):
         lenet_raw["baseline"]["optimizer"] = optimizer_spec

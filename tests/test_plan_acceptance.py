@@ -10,7 +10,8 @@ import math
 
 import pytest
 
-from date_engine import derive_plan, load_spec
+from date_engine import load_spec
+from date_engine.plan import derive_plan
 from tests.bounds import float64_formula
 from tests.conftest import RECIPES, lenet_spec
 

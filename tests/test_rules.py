@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from date_engine import derive_plan, load_spec, parse_spec
+from date_engine import load_spec, parse_spec
+from date_engine.plan import derive_plan
 from tests.bounds import float64_formula
 from tests.conftest import RECIPES
 

@@ -14,7 +14,8 @@ import pickle
 
 import pytest
 
-from date_engine import PlanError, derive_plan
+from date_engine import PlanError
+from date_engine.plan import derive_plan
 from tests.bounds import float64_formula
 from tests.conftest import lenet_spec
 

@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from date_engine import derive_plan, parse_spec
+from date_engine import parse_spec
 from date_engine.errors import SpecError
-from date_engine.plan import Plan
+from date_engine.plan import Plan, derive_plan
 from tests.bounds import float64_formula
 
 transformers = pytest.importorskip("transformers")

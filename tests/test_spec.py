@@ -7,7 +7,8 @@ import re
 import pytest
 from pydantic import create_model
 
-from date_engine import SpecError, derive_plan, load_spec, parse_spec
+from date_engine import SpecError, load_spec, parse_spec
+from date_engine.plan import derive_plan
 from date_engine.spec import DateSpec, OptimizerSpec, Spec
 from tests.conftest import RECIPES
 
@@ -167,7 +168,7 @@ def test_overrides_are_parsed_as_yaml_and_win(write_spec, lenet_raw):
         ("baseline.lr.x=1", "'baseline.lr' holds a value (0.00125), not a section"),
         ("baseline.lr=[1", "the value is not valid YAML"),
         ("baseline.nope=1", "baseline.nope: unknown key; allowed here: batch_size"),
-        ("baseline.lr=abc", "baseline.lr: expected a number, got 'abc' (set by --set)"),
+        ("baseline.lr=abc", "baseline.lr: expected a number, got 'abc' (set by overrides)"),
     ],
 )
 def test_bad_overrides(write_spec, lenet_raw, override, message):

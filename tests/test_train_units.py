@@ -328,8 +328,9 @@ def test_more_processes_than_cores_are_said_to_take_turns(monkeypatch):
 def test_the_summary_says_what_its_wall_time_covers():
     from rich.console import Console
 
-    from date_engine import load_spec, resolve_plan
+    from date_engine import load_spec
     from date_engine.runfolder import RunSummary
+    from date_engine.runplan import resolve_plan
     from date_engine.view.progress import render_summary
     from tests.conftest import RECIPES
 

@@ -6,8 +6,8 @@ the LR schedule stepped once per optimizer step, and the split of the batch (per
 devices × accumulation), checked against the trainer's own settings before the first step.
 
 This module is torch-free: the settings each tool takes, as plain values (``date plan --emit``
-prints them). The adapters are :mod:`date_engine.integrations.hf` (``pip install
-'date-engine[hf]'``) and :mod:`date_engine.integrations.lightning` (``'date-engine[lightning]'``);
+prints them). The adapters are :mod:`date_engine.integrations.hf` (``pip install -e
+'.[hf]'`` in the clone) and :mod:`date_engine.integrations.lightning` (``'.[lightning]'``);
 accelerate needs no adapter (docs/integrations.md).
 """
 
@@ -22,8 +22,14 @@ from typing import Any
 from date_engine.errors import DateError
 from date_engine.runplan import RunPlan
 
-__all__ = ["CANNOT_EXPRESS", "EMIT_TARGETS", "hf_arguments", "hf_caveat", "hf_flags", "hf_optim",
-           "hf_schedule", "lightning_settings", "mismatches", "require", "split_settings"]
+__all__ = ["ADAPTER_RATIOS", "CANNOT_EXPRESS", "EMIT_TARGETS", "hf_arguments", "hf_caveat",
+           "hf_flags", "hf_optim", "hf_schedule", "lightning_settings", "mismatches", "require",
+           "split_settings"]
+
+ADAPTER_RATIOS = False
+"""Whether ``DateTrainer`` and Lightning's ``optimizers_for`` apply DATE's per-layer ratios when
+not told (``date=``). Off: inside HF's Trainer they lost to the base optimizer on a GPT-2 and a
+BERT at 8× (docs/integrations.md), as they did on the project's own ViT and BERT studies."""
 
 EMIT_TARGETS = ("hf-args", "lightning", "accelerate", "json")
 """What ``date plan --emit`` writes."""
@@ -38,8 +44,8 @@ def require(module: str, extra: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise DateError(f"{module} is not installed; run: pip install 'date-engine[{extra}]'") \
-            from None
+        raise DateError(f"{module} is not installed; in the date_engine clone run: pip install "
+                        f"-e '.[{extra}]'") from None
 
 
 def split_settings(run: RunPlan) -> dict[str, int]:
@@ -83,10 +89,10 @@ def hf_schedule(run: RunPlan) -> tuple[str, dict[str, Any], str]:
     return name, kwargs, near
 
 
-def hf_arguments(run: RunPlan, grad_clip: float | None = None) -> dict[str, Any]:
-    """The ``TrainingArguments`` fields the plan sets. ``max_grad_norm`` is the baseline's
-    clipping (HF clips at 1.0 unless told otherwise); the schedule is HF's own where it has the
-    plan's curve (:func:`hf_schedule`), which :class:`DateTrainer` replaces with the plan's."""
+def hf_arguments(run: RunPlan) -> dict[str, Any]:
+    """The ``TrainingArguments`` fields the plan sets. ``max_grad_norm`` is the plan's clipping,
+    0 where it has none (HF would clip at 1.0 unless told); the schedule is HF's own where it has
+    the plan's curve (:func:`hf_schedule`), which :class:`DateTrainer` replaces with the plan's."""
     split, plan = split_settings(run), run.plan
     kind, kwargs, _ = hf_schedule(run)
     args: dict[str, Any] = {
@@ -96,7 +102,7 @@ def hf_arguments(run: RunPlan, grad_clip: float | None = None) -> dict[str, Any]
         "learning_rate": plan.peak_lr,
         "warmup_steps": math.ceil(plan.warmup_iterations),
         "lr_scheduler_type": kind,
-        "max_grad_norm": grad_clip or 0.0,
+        "max_grad_norm": plan.grad_clip or 0.0,
     }
     if kwargs:
         args["lr_scheduler_kwargs"] = kwargs
@@ -123,37 +129,38 @@ def hf_optim(run: RunPlan) -> str | None:
 def hf_caveat(run: RunPlan) -> str:
     """What HF's flags cannot carry of ``run``, in one sentence."""
     _, _, schedule = hf_schedule(run)
-    missing = ["DATE's per-layer ratios"]
+    missing = []
     if run.plan.optimizer.options.get("weight_decay") and not run.plan.optimizer.decay_exempt:
         missing.append("decay on biases and norms (HF spares)")
     objects = "the optimizer object"
     if schedule:
         missing.append(f"the LR curve ({schedule})")
         objects = "the optimizer and scheduler objects"
-    what = f"cannot carry {', '.join(missing)}: use {objects} {_WHERE}."
-    if hf_optim(run) is not None:
-        return f"the flags {what}"
-    return f"HF's --optim has no {run.plan.optimizer.name}, and the flags {what}"
+    if hf_optim(run) is None:
+        missing.insert(0, f"{run.plan.optimizer.name} (HF's --optim has none)")
+    if not missing:
+        return f"the flags carry the plan; DATE's per-layer ratios take date=True {_WHERE}."
+    return f"the flags cannot carry {', '.join(missing)}: use {objects} {_WHERE}."
 
 
-def hf_flags(run: RunPlan, grad_clip: float | None = None) -> list[str]:
+def hf_flags(run: RunPlan) -> list[str]:
     """:func:`hf_arguments` as the command-line flags of HF's example scripts (run_mlm.py, ...):
     floats as their shortest exact text, so that the parsed values are the plan's."""
     flags = []
-    for key, value in hf_arguments(run, grad_clip).items():
+    for key, value in hf_arguments(run).items():
         text = json.dumps(value) if isinstance(value, dict) else repr(value) \
             if isinstance(value, float) else str(value)
         flags.append(f"--{key} {shlex.quote(text)}")
     return flags
 
 
-def lightning_settings(run: RunPlan, grad_clip: float | None = None) -> dict[str, Any]:
+def lightning_settings(run: RunPlan) -> dict[str, Any]:
     """``lightning.Trainer`` arguments and the dataloader's batch size the plan sets."""
     split = split_settings(run)
     return {"trainer": {"devices": split["devices"],
                         "accumulate_grad_batches": split["accumulation_steps"],
                         "max_steps": split["max_steps"],
-                        "gradient_clip_val": grad_clip},
+                        "gradient_clip_val": run.plan.grad_clip},
             "dataloader_batch_size": split["per_device_batch"]}
 
 

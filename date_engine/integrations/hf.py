@@ -1,28 +1,31 @@
-"""The plan in Hugging Face's ``Trainer``: ``pip install 'date-engine[hf]'``.
+"""The plan in Hugging Face's ``Trainer`` (``pip install -e '.[hf]'`` in the clone).
 
 ::
 
-    from date_engine import plan_for
+    from date_engine import baseline_from_hf, plan_for
     from date_engine.integrations.hf import DateTrainer, training_arguments
 
-    run = plan_for("my-baseline.yaml", batch=8192, devices=64)
-    args = training_arguments(run, output_dir="out")       # batch split, steps, LR, β2, ε, λ
-    trainer = DateTrainer(model=model, args=args, train_dataset=data, plan=run)
-    trainer.train()                                         # torchrun --nproc-per-node ... as usual
+    spec = baseline_from_hf(args, train_samples=len(train), world_size=1)  # the run that works
+    run = plan_for(spec, batch=8192, devices=64)
+    scaled = training_arguments(run, base=args)     # the plan's fields; every other field kept
+    trainer = DateTrainer(model=model, args=scaled, train_dataset=train, plan=run)
+    trainer.train()                                  # torchrun --nproc-per-node ... as usual
 
 :class:`DateTrainer` overrides ``create_optimizer`` and ``create_scheduler`` (HF refuses
-``optimizers=(...)`` under FSDP): DATE over the base optimizer with the plan's options, and the
-plan's LR for every optimizer step. At ``train()`` it checks that world size × per-device batch ×
-accumulation is the plan's batch and that ``auto_find_batch_size`` is off (it would halve the
-per-device batch and with it the global batch), before any step.
+``optimizers=(...)`` under FSDP): the plan's optimizer and its LR at every optimizer step. At
+``train()``, before any step, it refuses settings that would train something else: a global batch
+or a length other than the plan's, ``auto_find_batch_size``, and a learning rate, schedule or
+warmup other than the plan's (HF's would be replaced without a word).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
-from date_engine.errors import DateError
-from date_engine.integrations import hf_arguments, mismatches, require
+from date_engine.errors import DateError, expect
+from date_engine.integrations import ADAPTER_RATIOS, hf_arguments, mismatches, require
 from date_engine.runplan import RunPlan
 
 transformers = require("transformers", "hf")
@@ -30,27 +33,45 @@ require("accelerate", "hf")
 
 __all__ = ["DateTrainer", "training_arguments"]
 
+_PLAN_ARGS = "training_arguments(run, base=args) sets them"
 
-def training_arguments(run: RunPlan, output_dir: str, grad_clip: float | None = None,
+
+def training_arguments(run: RunPlan, output_dir: str | None = None, *, base: Any = None,
                        **overrides: Any) -> transformers.TrainingArguments:
     """``TrainingArguments`` with the fields the plan sets (:func:`~date_engine.integrations.
-    hf_arguments`) and ``overrides`` for the rest (logging, saving, precision, ...)."""
-    fields = {**hf_arguments(run, grad_clip), **overrides}
-    return transformers.TrainingArguments(output_dir=output_dir, **fields)
+    hf_arguments`: the batch split, steps, LR, schedule and warmup, clipping, the optimizer's
+    options), every other field of ``base`` (the baseline's own arguments: logging, saving,
+    precision, seeds, ...) or HF's defaults, then ``overrides``."""
+    expect(run, RunPlan, "training_arguments: run", "a RunPlan (date_engine.plan_for(...))")
+    kept: dict[str, Any] = {}
+    if base is not None:
+        expect(base, transformers.TrainingArguments, "training_arguments: base",
+               "the baseline's TrainingArguments")
+        kept = {f.name: getattr(base, f.name) for f in dataclasses.fields(base) if f.init}
+        kept.pop("warmup_ratio", None)  # transformers 4: the plan's warmup is in warmup_steps
+        kept.update(lr_scheduler_kwargs={}, num_train_epochs=3.0)  # the plan's replace them
+    fields = {**kept, **hf_arguments(run), **overrides}
+    if output_dir is not None:
+        fields["output_dir"] = output_dir
+    if fields.get("output_dir") is None:
+        raise DateError("training_arguments: give output_dir, or base= arguments that have one.")
+    return transformers.TrainingArguments(**fields)
 
 
 class DateTrainer(transformers.Trainer):
     """``transformers.Trainer`` that trains with a date_engine plan: ``plan=`` a RunPlan (from
-    ``date_engine.plan_for``); ``date=False`` for the base optimizer without DATE's ratios."""
+    ``date_engine.plan_for``). ``date``: DATE's per-layer ratios over the base optimizer (True)
+    or the base optimizer alone (False); by default the adapters' measured choice,
+    :data:`~date_engine.integrations.ADAPTER_RATIOS` (docs/integrations.md)."""
 
-    def __init__(self, *args: Any, plan: RunPlan, date: bool = True, **kwargs: Any) -> None:
-        if not isinstance(plan, RunPlan):
-            raise TypeError(f"DateTrainer: plan= takes a RunPlan (date_engine.plan_for(...)), got "
-                            f"{type(plan).__name__}.")
+    def __init__(self, *args: Any, plan: RunPlan, date: bool | None = None,
+                 **kwargs: Any) -> None:
+        expect(plan, RunPlan, "DateTrainer: plan", "a RunPlan (date_engine.plan_for(...))")
+        expect(date, (bool, type(None)), "DateTrainer: date", "True, False or None")
         if kwargs.get("optimizers", (None, None)) != (None, None):
-            raise ValueError("DateTrainer builds the plan's optimizer and scheduler; leave "
-                             "optimizers= out.")
-        self.plan, self.use_date = plan, date
+            raise DateError("DateTrainer builds the plan's optimizer and scheduler; leave "
+                            "optimizers= out.")
+        self.plan, self.use_date = plan, ADAPTER_RATIOS if date is None else date
         super().__init__(*args, **kwargs)
 
     def create_optimizer(self, model: Any = None) -> Any:
@@ -74,8 +95,8 @@ class DateTrainer(transformers.Trainer):
         return super().train(*args, **kwargs)
 
     def check_plan(self) -> None:
-        """Refuse, in one sentence with the values to set, settings that train another batch or
-        another number of steps than the plan's."""
+        """Refuse, in one sentence with the values to set, settings that train another batch,
+        another number of steps or another LR curve than the plan's."""
         a = self.args
         if a.auto_find_batch_size:
             raise DateError("auto_find_batch_size halves the per-device batch without raising "
@@ -83,13 +104,32 @@ class DateTrainer(transformers.Trainer):
                             "plan's; set auto_find_batch_size=False and give the micro-batch "
                             "that fits (date plan --devices N --micro-batch M prints the "
                             "accumulation that keeps the batch).")
+        want = hf_arguments(self.plan)
         wrong = mismatches(self.plan, a.world_size, a.per_device_train_batch_size,
                            a.gradient_accumulation_steps, a.max_steps)
         if wrong:
-            want = hf_arguments(self.plan)
             raise DateError(
                 f"the Trainer's settings do not train the plan: {'; '.join(wrong)}; set "
                 f"per_device_train_batch_size={want['per_device_train_batch_size']}, "
                 f"gradient_accumulation_steps={want['gradient_accumulation_steps']} and "
                 f"max_steps={want['max_steps']} on {self.plan.split.world_size} processes "
-                "(training_arguments(plan, ...) sets them).")
+                f"({_PLAN_ARGS}).")
+        if contradictions := _lr_contradictions(a, want):
+            raise DateError(f"the Trainer's arguments contradict the plan's LR curve, which "
+                            f"DateTrainer trains instead: {'; '.join(contradictions)} "
+                            f"({_PLAN_ARGS}).")
+
+
+def _lr_contradictions(args: Any, want: dict[str, Any]) -> list[str]:
+    """The LR settings of ``args`` that differ from the plan's (``want``), as 'name X (the plan:
+    Y)'. A warmup given as a ratio counts as HF counts it."""
+    out = []
+    if not math.isclose(args.learning_rate, want["learning_rate"], rel_tol=1e-9):
+        out.append(f"learning_rate {args.learning_rate!r} (the plan: {want['learning_rate']!r})")
+    kind = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    if kind != want["lr_scheduler_type"]:
+        out.append(f"lr_scheduler_type {kind!r} (the plan: {want['lr_scheduler_type']!r})")
+    warmup = args.get_warmup_steps(want["max_steps"])
+    if warmup != want["warmup_steps"]:
+        out.append(f"{warmup} warmup steps (the plan: {want['warmup_steps']})")
+    return out

@@ -1,4 +1,4 @@
-"""The plan in PyTorch Lightning: ``pip install 'date-engine[lightning]'``.
+"""The plan in PyTorch Lightning: ``pip install -e '.[lightning]'``.
 
 ::
 
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from date_engine.errors import DateError
-from date_engine.integrations import lightning_settings, mismatches, require
+from date_engine.errors import DateError, expect
+from date_engine.integrations import ADAPTER_RATIOS, lightning_settings, mismatches, require
 from date_engine.runplan import RunPlan
 
 L = require("lightning", "lightning")
@@ -34,19 +34,20 @@ L = require("lightning", "lightning")
 __all__ = ["DatePlan", "optimizers_for", "trainer_settings"]
 
 
-def trainer_settings(run: RunPlan, grad_clip: float | None = None) -> dict[str, Any]:
+def trainer_settings(run: RunPlan) -> dict[str, Any]:
     """The ``lightning.Trainer`` arguments the plan sets: devices, accumulate_grad_batches,
     max_steps, gradient_clip_val."""
-    return lightning_settings(run, grad_clip)["trainer"]
+    return lightning_settings(run)["trainer"]
 
 
-def optimizers_for(module: Any, run: RunPlan, date: bool = True) -> dict[str, Any]:
-    """What ``configure_optimizers`` returns: the plan's optimizer (DATE over the base, or the
-    base alone with ``date=False``) and its LR schedule with ``interval: "step"`` (stepped once
-    per optimizer step, after accumulation)."""
+def optimizers_for(module: Any, run: RunPlan, date: bool | None = None) -> dict[str, Any]:
+    """What ``configure_optimizers`` returns: the plan's optimizer (the base alone, or DATE over
+    it with ``date=True``; by default :data:`~date_engine.integrations.ADAPTER_RATIOS`) and its LR
+    schedule with ``interval: "step"`` (stepped once per optimizer step, after accumulation)."""
     from date_engine.api import optimizer_for, scheduler_for
 
-    optimizer = optimizer_for(module, run, date=date)
+    expect(date, (bool, type(None)), "optimizers_for: date", "True, False or None")
+    optimizer = optimizer_for(module, run, date=ADAPTER_RATIOS if date is None else date)
     return {"optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler_for(optimizer, run), "interval": "step",
                              "frequency": 1}}
@@ -56,9 +57,7 @@ class DatePlan(L.pytorch.Callback):
     """Checks the Trainer and the training dataloader against the plan before the first step."""
 
     def __init__(self, plan: RunPlan) -> None:
-        if not isinstance(plan, RunPlan):
-            raise TypeError(f"DatePlan takes a RunPlan (date_engine.plan_for(...)), got "
-                            f"{type(plan).__name__}.")
+        expect(plan, RunPlan, "DatePlan: plan", "a RunPlan (date_engine.plan_for(...))")
         self.plan = plan
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:

@@ -125,7 +125,7 @@ class Recipe:
         for module, extra, why in self.requires:
             if importlib.util.find_spec(module) is None:
                 raise DateError(f"recipe {self.name} {why} with {module}, which is not installed; "
-                                f"run: pip install 'date-engine[{extra}]'")
+                                f"in the date_engine clone run: pip install -e '.[{extra}]'")
 
     def load_data(self, options: DataOptions, model: Any, dry_run: bool = False) -> RecipeData:
         """The recipe's data; for a dry run whose files are missing, generated samples of the

@@ -106,8 +106,9 @@ def _evaluate(model, batch, data):
         import sacrebleu
     except ImportError:
         raise DateError(
-            "recipe gnmt scores BLEU with sacrebleu, which is not installed; run: "
-            "pip install 'date-engine[translation]'"
+            "recipe gnmt scores BLEU with sacrebleu, which is not installed; in the date_engine "
+            "clone run: "
+            "pip install -e '.[translation]'"
         ) from None
     src, src_len, _, _, index = batch
     vocab = data.context["vocab"]

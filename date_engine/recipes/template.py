@@ -13,7 +13,7 @@ __all__ = ["write_template"]
 RECIPE = '''"""{name}: a recipe for date_engine. Put your model and data in; keep the names.
 
     date plan {name}.yaml --batch 1024          # what the plan derives from your baseline
-    date scale {name}.yaml --batch 256          # train the baseline as the bundled trainer runs it
+    date scale {name}.yaml --batch 64           # train the baseline at its own batch
 """
 
 import torch

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import random
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -201,4 +201,5 @@ def kept_plan(found: ckpt.Found, run: RunPlan, spec: Any, console: Console | Non
         console.print(note_line("this run keeps the plan it started with, derived by an earlier "
                                 "version's rules; --force-replan trains the rest under today's."),
                       soft_wrap=True)
-    return RunPlan.from_dict(saved)
+    kept = RunPlan.from_dict(saved)  # an older plan lacks the spec's clipping: the spec has it
+    return kept._replace(plan=replace(kept.plan, grad_clip=spec.train.grad_clip))

@@ -294,7 +294,7 @@ class Trainer:
                 step += 1
                 lr, split = self._begin(step, steps)
                 loss = steps.forward_backward(self.batches)
-                grad_norm = steps.unscale_and_clip(self.spec.train.grad_clip, log.is_logging(step))
+                grad_norm = steps.unscale_and_clip(self.plan.grad_clip, log.is_logging(step))
                 limit = self.config.max_seconds  # date probe --budget-minutes; rank 0's clock
                 out_of_time = bool(limit) and rt.is_main and log.train_seconds() >= limit
                 verdict = agree(rt, loss, stop.signal is not None or out_of_time,

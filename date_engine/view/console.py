@@ -1,5 +1,5 @@
 """Lines for the terminal whose words are the user's or a file's: never read as rich markup (so
-``pip install 'date-engine[plot]'`` keeps its ``[plot]``)."""
+``pip install -e '.[plot]'`` keeps its ``[plot]``)."""
 
 from __future__ import annotations
 

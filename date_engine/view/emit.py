@@ -21,8 +21,9 @@ __all__ = ["emitted", "plan_call", "print_emitted"]
 
 def plan_call(spec: str, run: RunPlan, overrides: list[str], probe: str | None,
               budget: str | None) -> str:
-    """The ``plan_for(...)`` call that gives ``run`` in Python."""
-    args = [repr(spec), f"batch={run.split.batch}", f"devices={run.split.world_size}",
+    """The ``plan_for(...)`` call that gives ``run`` in Python; ``spec`` is its first argument's
+    Python text."""
+    args = [spec, f"batch={run.split.batch}", f"devices={run.split.world_size}",
             f"micro_batch={run.split.micro_batch}"]
     if overrides:
         args.append(f"overrides={overrides!r}")
@@ -33,17 +34,17 @@ def plan_call(spec: str, run: RunPlan, overrides: list[str], probe: str | None,
     return f"plan_for({', '.join(args)})"
 
 
-def emitted(target: str, run: RunPlan, grad_clip: float | None, call: str) -> str:
+def emitted(target: str, run: RunPlan, call: str) -> str:
     """The text ``--emit target`` prints: hf-args (flags, one per line), lightning or accelerate
     (Python), json (everything, for scripts)."""
     if target == "hf-args":
-        return " \\\n".join(hf_flags(run, grad_clip))
+        return " \\\n".join(hf_flags(run))
     split = split_settings(run)
     if target == "lightning":
         trainer = ", ".join(f"{k}={v!r}" for k, v in
-                            lightning_settings(run, grad_clip)["trainer"].items())
+                            lightning_settings(run)["trainer"].items())
         return "\n".join([
-            "from date_engine import plan_for",
+            f"from date_engine import {_imports(call, 'plan_for')}",
             "from date_engine.integrations.lightning import DatePlan, optimizers_for",
             "",
             f"run = {call}",
@@ -56,7 +57,7 @@ def emitted(target: str, run: RunPlan, grad_clip: float | None, call: str) -> st
         ])
     if target == "accelerate":
         return "\n".join([
-            "from date_engine import optimizer_for, plan_for, scheduler_for",
+            f"from date_engine import {_imports(call, 'optimizer_for, plan_for, scheduler_for')}",
             "",
             f"run = {call}",
             "accelerator = Accelerator(step_scheduler_with_optimizer=False, "
@@ -69,19 +70,24 @@ def emitted(target: str, run: RunPlan, grad_clip: float | None, call: str) -> st
             f"# train {split['max_steps']} optimizer steps; after each, when "
             "accelerator.sync_gradients: scheduler.step()",
         ])
-    return json.dumps({"split": split, "hf": hf_arguments(run, grad_clip),
-                       "lightning": lightning_settings(run, grad_clip), "python": call,
+    return json.dumps({"split": split, "hf": hf_arguments(run),
+                       "lightning": lightning_settings(run), "python": call,
                        "plan": run.to_dict()}, indent=2)
 
 
-def print_emitted(target: str, run: RunPlan, grad_clip: float | None, call: str) -> None:
+def _imports(call: str, names: str) -> str:
+    return f"baseline_from_file, {names}" if call.startswith("plan_for(baseline_from_file") \
+        else names
+
+
+def print_emitted(target: str, run: RunPlan, call: str) -> None:
     """``date plan --emit TARGET``: the settings on stdout, ready to paste; on stderr, in one
     line, what they cannot carry."""
     import sys
 
     if target not in EMIT_TARGETS:
         raise DateError(f"--emit: must be one of {', '.join(EMIT_TARGETS)}; got {target!r}.")
-    print(emitted(target, run, grad_clip, call))
+    print(emitted(target, run, call))
     if target != "json":
         caveat = hf_caveat(run) if target == "hf-args" else CANNOT_EXPRESS
         print(f"note: {caveat}", file=sys.stderr)

@@ -18,8 +18,8 @@ from date_engine.runplan import BatchSplit, RunPlan, Sharding
 from date_engine.view.chart import Series, line_chart
 from date_engine.view.console import LR_CHECK_DOC, NOISE_DOC, bytes_text
 
-__all__ = ["describe_optimizer", "describe_split", "render_comparison", "render_plan",
-           "scheme_name"]
+__all__ = ["describe_optimizer", "describe_split", "print_plan", "render_comparison",
+           "render_plan", "scheme_name", "show_plan"]
 
 
 def scheme_name(plan: Plan) -> str:
@@ -49,7 +49,7 @@ def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64
         *_ramp_table(plan, split),
         _split_line(split, auto),
         *_sharding_lines(sharding),
-        _optimizer_line(plan),
+        _optimizer_line(plan, split),
         Text("\nLearning rate per optimizer step", style="bold"),
         line_chart(
             [Series(scheme_name(plan), plan.lr, "cyan")],
@@ -63,6 +63,22 @@ def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64
 
 
 _STYLES = ("cyan", "magenta", "green", "yellow")
+
+
+def show_plan(console: Console, path: Path, spec: Any, planned: RunPlan, others: dict[str, Plan],
+              parameters: int | None, micro_batch: int | None, times: dict[str, Any] | None,
+              memory: Any, devices: int | None) -> None:
+    """``date plan``'s screen: the plan (:func:`print_plan`), then the time on the devices when
+    ``times`` were forecast, else where to get them."""
+    print_plan(console, path, spec.recipe, planned, others, planned.sharding(parameters),
+               auto=spec.train.micro_batch == "auto" and micro_batch is None)
+    if times:
+        from date_engine.view.timing import render_time
+
+        console.print(render_time(times[spec.date.budget], times, memory))
+    elif devices is not None:
+        console.print("For the time on these devices add --bench bench.json (from date bench "
+                      "SPEC on your hardware).", markup=False, soft_wrap=True)
 
 
 def print_plan(console: Console, path: Path, recipe: str | None, planned: RunPlan,
@@ -353,12 +369,15 @@ def _option(value) -> str:
     return f"{value:.5g}" if isinstance(value, float) else str(value)
 
 
-def _optimizer_line(plan: Plan) -> Text:
+def _optimizer_line(plan: Plan, split: BatchSplit | None = None) -> Text:
     text = Text("Optimizer: ", style="bold")
     text.append(describe_optimizer(plan))
     opt = plan.optimizer
     text.append("\nStep: ", style="bold")
     text.append(step_path(opt.name, opt.options, opt.layer_ratio["mode"])[1])
+    if split is not None and split.world_size > 1:
+        held = "its shard" if split.sharded else "its full copy"
+        text.append(f"; each of the {split.world_size} processes steps {held}")
     return text
 
 

@@ -15,7 +15,8 @@ from date_engine.plan import Plan
 __all__ = ["FIGURES", "MISSING_MATPLOTLIB", "pyplot", "run_curves", "save_lr_plot",
            "sweep_figures"]
 
-MISSING_MATPLOTLIB = "matplotlib is not installed; run: pip install 'date-engine[plot]'"
+MISSING_MATPLOTLIB = ("matplotlib is not installed; in the date_engine clone run: pip "
+                      "install -e '.[plot]'")
 
 
 def pyplot() -> Any | None:
