@@ -327,3 +327,28 @@ def test_each_example_runs_on_one_process(example):
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert "32 steps at batch 128" in out.stdout
+
+
+def test_a_date_trainer_run_resumed_from_its_own_checkpoint_ends_where_the_whole_run_does(
+        tmp_path):
+    """HF's Trainer saves the plan's scheduler with its checkpoint and loads it with
+    torch.load(weights_only=True): its state is the step count alone, and the resumed run
+    retraces the uninterrupted one bit for bit (same process, same order of operations)."""
+    pytest.importorskip("transformers")
+    from date_engine.integrations.hf import DateTrainer, training_arguments
+
+    run = _digits.plan(devices=1)
+    x, y, _, _ = _digits.digits()
+    train = [{"x": a, "labels": b} for a, b in zip(x, y)]
+    args = training_arguments(run, str(tmp_path), use_cpu=True, report_to="none",
+                              save_strategy="steps", save_steps=10, disable_tqdm=True, seed=0,
+                              data_seed=0)
+    whole = DateTrainer(model=_digits.MLP(), args=args, train_dataset=train, plan=run)
+    whole.train()
+    resumed = DateTrainer(model=_digits.MLP(), args=args, train_dataset=train, plan=run)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-20"))
+    assert resumed.lr_scheduler.state_dict() == {"last_epoch": run.last_step,
+                                                 "_step_count": run.last_step + 1}
+    assert resumed.optimizer.param_groups[0]["lr"] == run.plan.lr(run.last_step + 1)
+    for name, value in whole.model.state_dict().items():
+        assert torch.equal(value, resumed.model.state_dict()[name]), name

@@ -176,6 +176,8 @@ def baseline_from_timm(args: Mapping[str, Any], train_samples: int, world_size: 
         "warmup_epochs": float(args.get("warmup_epochs") or 0), "dataset_size": train_samples,
         "optimizer": _timm_optimizer(args), "schedule": _timm_schedule(args)}
     raw: dict[str, Any] = {"baseline": baseline}
+    if baseline["optimizer"]["name"] in ("lamb", "lars"):  # their own per-layer trust ratio
+        raw["date"] = {"layer_ratio": {"mode": "off"}}
     if args.get("clip_grad") and args.get("clip_mode", "norm") == "norm":
         raw["train"] = {"grad_clip": float(args["clip_grad"])}
     return parse_spec(raw, source="args.yaml")
