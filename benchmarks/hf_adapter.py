@@ -16,7 +16,7 @@ where ``run = plan_for(baseline_from_hf(args, ...), batch=128)`` and the argumen
 typed in. One line of JSON per (model, cell, seed): the held-out loss and what trained::
 
     python -m benchmarks.hf_adapter --data data/shakespeare-text --seeds 0,1 \\
-        -o docs/results/hf-adapter.jsonl
+        -o docs/results/studies/hf-adapter.jsonl
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -167,11 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         a.output.parent.mkdir(parents=True, exist_ok=True)
         import transformers
+
+        from date_engine.machine import describe
+
         header = {"study": "hf-adapter", "command": "python -m benchmarks.hf_adapter "
                   + " ".join(argv if argv is not None else sys.argv[1:]),
-                  "machine": f"{platform.processor() or platform.machine()}, "
-                             f"{os.cpu_count()} logical CPUs, torch {torch.__version__}, "
-                             f"transformers {transformers.__version__}, 1 thread",
+                  "machine": f"{describe()}, transformers {transformers.__version__}, "
+                             "1 thread a run",
                   "baseline": {"batch": BATCH, "steps": STEPS, "lr": LR, "warmup": WARMUP,
                                "weight_decay": WEIGHT_DECAY, "schedule": "cosine",
                                "block": BLOCK, "scale": SCALE}}

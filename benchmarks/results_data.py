@@ -34,9 +34,26 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 @cache
 def sweep_rows(name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """A sweep's header (its settings) and its cells, as stored."""
-    header, *cells = _lines(RESULTS / "sweeps" / f"{name}.jsonl")
+    """A sweep's header (its settings) and its cells, as stored: in sweeps/NAME.jsonl, or among
+    a study's sweeps in studies/*.jsonl."""
+    path = RESULTS / "sweeps" / f"{name}.jsonl"
+    if path.exists():
+        header, *cells = _lines(path)
+        return header, cells
+    rows = [r for study in sorted((RESULTS / "studies").glob("*.jsonl")) for r in _lines(study)
+            if r.get("sweep") == name]
+    if not rows:
+        raise FileNotFoundError(f"no stored sweep {name}")
+    header, *cells = rows
     return header, cells
+
+
+def study_of(name: str) -> str | None:
+    """The study file (docs/results/studies/STUDY.jsonl) that holds sweep ``name``, if any."""
+    for study in sorted((RESULTS / "studies").glob("*.jsonl")):
+        if any(r.get("sweep") == name for r in _lines(study)):
+            return study.stem
+    return None
 
 
 def label(row: dict[str, Any]) -> str:

@@ -11,13 +11,14 @@ accuracy in points, perplexity where the study is a language model (lower is bet
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks import holdout
-from benchmarks.results_data import group, seed_metrics, sweep
+from benchmarks.results_data import RESULTS, group, seed_metrics, study_of, sweep
 from date_engine.sweep.results import paired
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -387,7 +388,91 @@ def cap_table() -> str:
             f"A ramp's rungs: {ramp}.")
 
 
+SHAPE_STUDY = "schedule-shape"
+SHAPES = (  # study (optimizer), the sweep keeping the baseline's cosine, the one forcing linear
+    ("lenet-mnist (RMSprop)", "lenet-mnist-cosine", "lenet-mnist-cosine-as-linear"),
+    ("vit-mnist (AdamW)", "vit-mnist-cosine", "vit-mnist-cosine-as-linear"),
+)
+
+
+def _shape_rows() -> list[tuple[str, int, float, float, float, float]]:
+    """(study, k, cosine baseline, Δ cosine kept, Δ linear forced, the linear baseline's Δ) of
+    each stored cell; every Δ against the cosine sweep's own baseline."""
+    rows = []
+    for study, kept, forced in SHAPES:
+        if study_of(forced) is None:
+            continue
+        base = sweep(kept).baseline.mean
+        for g in sweep(kept).groups:
+            k = g.batch // sweep(kept).baseline.batch
+            rows.append((study, k, base, g.mean - base, group(forced, "date", g.batch).mean - base,
+                         sweep(forced).baseline.mean - base))
+    return rows
+
+
+def shape_decision() -> bool:
+    """The criterion written before the cells ran (the first line of the study's data file):
+    keeping the baseline's cosine is right if its pooled Δ is ≥ the forced linear's − 0.3."""
+    rows = _shape_rows()
+    kept = sum(r[3] for r in rows) / len(rows)
+    forced = sum(r[4] for r in rows) / len(rows)
+    return kept >= forced - 0.3
+
+
+def shape_table() -> str:
+    """A cosine baseline at 8× and 32×: the default plan keeping the cosine against the same plan
+    with DATE's linear decay forced, each against the cosine baseline."""
+    lines = ["| study | k | cosine baseline | Δ, cosine kept | Δ, linear forced | data |",
+             "|---|---:|---:|---:|---:|---|"]
+    shown = set()
+    for study, k, base, kept, forced, _ in _shape_rows():
+        data = "" if shown else f"[{SHAPE_STUDY}](results/studies/{SHAPE_STUDY}.jsonl)"
+        cells = _bold_best([_num(kept), _num(forced)])
+        lines.append(f"| {study if study not in shown else ''} | {k} | {base:.2f} | "
+                     f"{cells[0]} | {cells[1]} | {data} |")
+        shown.add(study)
+    rows = _shape_rows()
+    pooled = [sum(r[i] for r in rows) / len(rows) for i in (3, 4)]
+    verdict = "met" if shape_decision() else "not met"
+    return ("\n".join(lines) + f"\n\nPooled over the {len(rows)} cells: cosine kept "
+            f"{_num(pooled[0])}, linear forced {_num(pooled[1])}; the criterion (kept ≥ forced − "
+            f"0.3) is {verdict}.")
+
+
+HF_CELLS = (("date", "DATE's ratios (date=True)"), ("base", "the base optimizer (default)"),
+            ("sqrt-by-hand", "√k by hand, the baseline's own arguments"))
+
+
+def hf_adapter_rows() -> dict[str, dict[str, list[float]]]:
+    """model -> cell -> the seeds' held-out losses, from docs/results/hf-adapter.jsonl."""
+    path = RESULTS / "studies" / "hf-adapter.jsonl"
+    out: dict[str, dict[str, list[float]]] = {}
+    for line in path.read_text().splitlines()[1:]:
+        row = json.loads(line)
+        out.setdefault(row["model"], {}).setdefault(row["cell"], []).append(row["eval_loss"])
+    return out
+
+
+def hf_adapter_table() -> str:
+    """Held-out loss (lower is better) of a character-level GPT-2 and BERT trained by HF's Trainer
+    at batch 16 and at 8× through DateTrainer, seed by seed."""
+    head = " | ".join(label for _, label in HF_CELLS)
+    lines = [f"| model | baseline, batch 16 | {head} |", "|---|---:|" + "---:|" * len(HF_CELLS)]
+    for model, cells in hf_adapter_rows().items():
+        def text(losses: list[float]) -> str:
+            return f"{sum(losses) / len(losses):.3f} ({', '.join(f'{x:.3f}' for x in losses)})"
+        means = [sum(cells[c]) / len(cells[c]) for c, _ in HF_CELLS]
+        best = min(means)
+        shown = [f"**{text(cells[c])}**" if m == best else text(cells[c])
+                 for (c, _), m in zip(HF_CELLS, means)]
+        name = {"gpt2": "GPT-2 (causal LM)", "bert": "BERT (masked LM)"}[model]
+        lines.append(f"| {name} | {text(cells['baseline'])} | {' | '.join(shown)} |")
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "schedule-shape": shape_table,
+    "hf-adapter": hf_adapter_table,
     "readme-accuracy": readme_table,
     "rules": lambda: rules_table(""),
     "cap": cap_table,
@@ -403,7 +488,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "other-baselines": holdout.other_baselines_table,
 }
 
-FILES = ("README.md", "docs/results.md", "docs/noise.md")
+FILES = ("README.md", "docs/results.md", "docs/noise.md", "docs/integrations.md")
 _BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 
 

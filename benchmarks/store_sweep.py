@@ -1,9 +1,12 @@
 """Store a finished `date sweep` as data: its results.json -> docs/results/sweeps/NAME.jsonl.
 
     python -m benchmarks.store_sweep sweeps/lenet-mnist-rules [--name NAME]
+    python -m benchmarks.store_sweep sweeps/vit-mnist-cosine --study schedule-shape
 
 The first line holds the sweep's settings (command, machine, schemes, budgets, tolerance, metric);
-every other line is one cell (benchmarks/results_data.py reads them back).
+every other line is one cell (benchmarks/results_data.py reads them back). With ``--study``, the
+sweep's lines go into one study's file, docs/results/studies/STUDY.jsonl, beside the study's other
+sweeps (a sweep stored again replaces its lines there).
 """
 
 from __future__ import annotations
@@ -37,11 +40,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path, help="the sweep's output folder (date sweep -o)")
     parser.add_argument("--name", help="the data file's name (default: the folder's)")
+    parser.add_argument("--study", help="the study file whose sweeps this one joins")
     args = parser.parse_args()
     name = args.name or args.folder.name
     results = json.loads((args.folder / "results.json").read_text())
-    path = RESULTS / "sweeps" / f"{name}.jsonl"
-    path.write_text("\n".join(lines(name, results)) + "\n")
+    new = lines(name, results)
+    if args.study is None:
+        path = RESULTS / "sweeps" / f"{name}.jsonl"
+    else:
+        path = RESULTS / "studies" / f"{args.study}.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        kept = [line for line in (path.read_text().splitlines() if path.exists() else [])
+                if json.loads(line).get("sweep") != name]
+        new = kept + new
+    path.write_text("\n".join(new) + "\n")
     print(f"wrote {path}")
 
 

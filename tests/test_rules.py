@@ -217,5 +217,5 @@ def test_the_noise_scale_cap_stops_the_lr_at_the_probes_noise_scale():
     assert derive_plan(capped, 3200).peak_lr == pytest.approx(32 ** 0.5 * 0.01)  # no probe
     plan = derive_plan(capped, 3200, noise_curve=curve)
     assert plan.optimizer.options["betas"][1] == pytest.approx(0.999 ** 32)
-    assert "capped at the probe's noise scale" in {d.name: d for d in plan.derivations}[
+    assert "stops at your probe's noise scale" in {d.name: d for d in plan.derivations}[
         "peak_lr"].note
