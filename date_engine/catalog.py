@@ -87,13 +87,13 @@ class OptimizerEntry:
 
 # The default rule per family, decided by the studies of docs/results.md (§ "Rules per optimizer
 # family"); each reason names its evidence.
-SGD_RULE = BatchRule(1.0, "k× the LR keeps your run's noise per epoch (docs/algorithm.md §6)")
+SGD_RULE = BatchRule(1.0, "k× keeps your run's noise (algorithm.md §6)")
 ADAPTIVE_RULE = BatchRule(
-    0.5, "√k keeps your run's update noise per epoch (docs/algorithm.md §6)",
+    0.5, "√k keeps your run's update noise (algorithm.md §6)",
     second_moment="alpha", scale_eps=True, probed_exponent=0.75,
-    probed_reason="your probe found room above √k (docs/algorithm.md §6)")
+    probed_reason="your probe found room above √k (algorithm.md §6)")
 ADAGRAD_RULE = BatchRule(
-    0.5, "√k, the paper's, held best here (docs/algorithm.md §6)")
+    0.5, "√k, the paper's, held best (algorithm.md §6)")
 
 
 def _entry(name: str, family: Family, cls: str, in_spec: bool = True,

@@ -459,7 +459,7 @@ def _probed(rule: BatchRule, curve: NoiseCurve | None) -> tuple[float, str, str]
         return q, rule.probed_reason, (f"LR exponent {q:g}: the probe's LR check found room "
                                        "(twice the baseline's LR trained it faster).")
     if curve is not None and curve.lr_checked:
-        return p, "√k: your probe found no room above it (docs/algorithm.md §6)", (
+        return p, "√k: your probe found no room above it (algorithm.md §6)", (
             f"LR exponent {p:g}: the probe's LR check found the baseline steps-limited (twice "
             "its LR trains it no faster).")
     why = "this probe ran without its LR check" if curve is not None else "no probe"
@@ -486,20 +486,19 @@ def _optimizer(d: _Ledger, spec: Spec, k: float, p: float) -> OptimizerSettings:
         if rule.scale_eps:
             options["eps"] = d("ε", "optimizer.eps", options["eps"] / math.sqrt(k), "ε / √k",
                                f"{options['eps']:g} / √{fmt(k)}",
-                               "the SDE scaling rule for adaptive methods (Malladi et al. 2022)")
+                               "the update keeps its scale (algorithm.md §6)")
         if rule.decoupled_decay and options["weight_decay"] and \
                 spec.date.weight_decay == "scaled":
             lam = options["weight_decay"]
             options["weight_decay"] = d(
                 "λ", "optimizer.weight_decay", lam * k ** (1 - p), f"λ · k^{1 - p:g}",
                 f"{lam:g} · {fmt(k)}^{1 - p:g}",
-                "AdamW's decay timescale B/(η·λ) stays the same in epochs (Bergsma et al. 2025)")
+                "λ's timescale in epochs kept (algorithm.md §6)")
     return OptimizerSettings(opt.name, options, {"mode": ratio.mode, **ratio.options()},
                              decay_exempt=opt.decay_biases_and_norms is False)
 
 
-_HALF_LIFE = ("the running average of g² spans the same samples: k× fewer, k× larger batches "
-              "(Malladi et al. 2022; Marek et al. 2025)")
+_HALF_LIFE = "g² average spans the same samples (algorithm.md §6)"
 
 
 def require_spec(spec: Any, caller: str) -> None:

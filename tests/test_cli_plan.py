@@ -330,3 +330,27 @@ def test_the_shipped_baselines_exponents_without_and_with_a_probe(stored_probe):
                              stored_probe("probes-lrcheck/digits-lenet-seed0")).stdout)
     assert probed["lr_exponent"] == 0.75
     assert probed["lr_note"].startswith("LR exponent 0.75: the probe's LR check found room")
+
+
+@pytest.mark.parametrize("rule", ["date", "paper"])
+def test_every_why_of_every_shipped_plan_is_one_line_of_its_column(rule):
+    """In a 120-column terminal each derived number's "why" fits its column: one line that speaks
+    of the user's run, the evidence a link away (the column's width read from the table)."""
+    import re
+
+    from rich.console import Console
+
+    from date_engine import load_spec, plan_for
+    from date_engine.recipes import spec_recipe
+    from date_engine.view.plan import render_plan
+
+    console = Console(width=120, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    notes = []
+    for path in sorted((ROOT / "date_engine" / "recipes" / "specs").glob("*.yaml")):
+        spec = load_spec(path, [f"date.rule={rule}"])
+        run = plan_for(spec, 2 * spec.baseline.batch_size, recipe=spec_recipe(spec))
+        notes += [d.note for d in run.plan.derivations]
+        console.print(render_plan(run.plan, run.split, path.stem))
+    header = next(line for line in console.export_text().splitlines() if "┃ why" in line)
+    width = len(re.split("┃", header)[-2]) - 2  # the cell's text, less its padding
+    assert notes and max(map(len, notes)) <= width, [n for n in notes if len(n) > width]

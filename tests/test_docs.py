@@ -510,3 +510,27 @@ def test_the_noise_scale_caps_decision_is_what_its_cells_give():
     ramps = cap_cells(CAP_RAMP)
     assert cap_in_ramps_decision() == all((d1 - d0) >= -s for *_, d0, d1, s in ramps)
     assert ("A ramp's rungs: not capped" in text) == (not cap_in_ramps_decision())
+
+
+def test_every_install_command_shown_works_from_a_clone():
+    """Each `pip install` of the project that README, CONTRIBUTING, docs, examples and the
+    product's own messages show installs from the clone (`-e .` or `-e '.[extra]'`), and every
+    extra it names is one pyproject.toml declares: the package is not on an index, so
+    'date-engine[hf]' would fail."""
+    import tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+                 ["optional-dependencies"])
+    sources = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md")),
+               *sorted((ROOT / "examples").glob("*.py")),
+               *sorted((ROOT / "date_engine").rglob("*.py")),
+               *sorted((ROOT / "date_engine").rglob("*.yaml"))]
+    shown = []
+    for path in sources:
+        text = path.read_text()
+        assert "date-engine[" not in text, f"{path}: install from the clone: pip install -e ."
+        for named in re.findall(r"-e '?\.\[([\w,]+)\]", text):
+            shown.append((path.name, named))
+            assert set(named.split(",")) <= extras, f"{path}: extras {named} not in pyproject"
+    named = {extra for _, n in shown for extra in n.split(",")}
+    assert {"hf", "lightning", "plot", "test"} <= named  # the commands users are told to run

@@ -74,4 +74,4 @@ class DatePlan(L.pytorch.Callback):
                 f"the Trainer's settings do not train the plan: {'; '.join(wrong)}; use "
                 f"Trainer(devices={t['devices']}, accumulate_grad_batches="
                 f"{t['accumulate_grad_batches']}, max_steps={t['max_steps']}) and a dataloader of "
-                f"batch_size={want['dataloader_batch_size']} (trainer_settings(plan) gives them).")
+                f"batch_size={want['dataloader_batch_size']} (trainer_settings(run) gives them).")
