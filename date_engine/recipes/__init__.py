@@ -34,6 +34,7 @@ _BUILTIN_MODULES = (
     "date_engine.recipes.digits",
     "date_engine.recipes.mnist",
     "date_engine.recipes.ptb",
+    "date_engine.recipes.gpt",
     "date_engine.recipes.gnmt",
     "date_engine.recipes.imagenet",
     "date_engine.recipes.bert",
