@@ -2,11 +2,12 @@
 lightning_trainer, accelerate_loop) unchanged, watching every optimizer step through torch's
 global hooks, and writes what it saw (rank 0) to the JSON file named by argv[2].
 
-Per optimizer step of the DATE optimizer the tool built: the LR, betas, eps and weight decay its
-group held as it stepped; the samples all processes' forward passes saw since the last step; and
-how far the step's update of the first layer was from one computed by hand — the base optimizer
-(torch's AdamW) stepped on a copy of that layer from the same state, times DATE's ratio r_l from
-every adapted layer's weight and gradient norms (the ratio rule applied by hand).
+Per optimizer step of the optimizer the tool built (DATE over AdamW, or AdamW alone where the
+adapter trains without DATE's ratios, its default): the LR, betas, eps and weight decay its group
+held as it stepped; the samples all processes' forward passes saw since the last step; and how far
+the step's update of the first layer was from one computed by hand — torch's AdamW stepped on a
+copy of that layer from the same state, times DATE's ratio r_l from every adapted layer's weight
+and gradient norms (the ratio rule applied by hand; 1 without DATE).
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 class Watch:
     def __init__(self, model_class: type) -> None:
         self.model_class, self.seen, self.steps, self.before = model_class, 0, [], None
+        self.stepping = None  # the tool's optimizer while it steps: a step inside it is not one
+
+    def watched(self, optimizer) -> bool:
+        return isinstance(optimizer, (DATE, torch.optim.AdamW)) and self.stepping in (
+            None, optimizer)
 
     def forward(self, module, args, kwargs, output) -> None:
         if type(module) is self.model_class and module.training:
@@ -42,8 +48,9 @@ class Watch:
     def pre(self, optimizer, args, kwargs):
         """Snapshot the layer before the step; after the closure's backward where the tool
         passes one (Lightning computes the last micro-batch's gradient inside the step)."""
-        if not isinstance(optimizer, DATE):
+        if not self.watched(optimizer):
             return None
+        self.stepping = optimizer
         # torch passes the step's own arguments, the optimizer first
         closure = args[1] if len(args) > 1 else kwargs.get("closure")
         if closure is None:
@@ -58,28 +65,32 @@ class Watch:
         return (args[0], then_snapshot), {}
 
     def snapshot(self, optimizer) -> None:
-        group = optimizer.param_groups[0]
         adapted = [p for g in optimizer.param_groups for p in g["params"]
                    if p.grad is not None and p.ndim > 1]
         first = adapted[0]
+        group = next(g for g in optimizer.param_groups if any(p is first for p in g["params"]))
         state = {k: v.clone() if torch.is_tensor(v) else v
                  for k, v in optimizer.state.get(first, {}).items()}
-        ratios = layer_ratios(torch.stack([p.detach().norm() for p in adapted]),
-                              torch.stack([p.grad.norm() for p in adapted]), optimizer.rule)
-        self.before = (first, first.detach().clone(), first.grad.clone(), state,
-                       float(ratios[0]), dict(group))
+        ratio = 1.0
+        if isinstance(optimizer, DATE):
+            ratio = float(layer_ratios(torch.stack([p.detach().norm() for p in adapted]),
+                                       torch.stack([p.grad.norm() for p in adapted]),
+                                       optimizer.rule)[0])
+        self.before = (first, first.detach().clone(), first.grad.clone(), state, ratio,
+                       dict(group), isinstance(optimizer, DATE))
 
     def post(self, optimizer, args, kwargs) -> None:
-        if not isinstance(optimizer, DATE):
+        if self.stepping is not optimizer:
             return
-        first, w, g, state, ratio, group = self.before
+        first, w, g, state, ratio, group, dated = self.before
         copy = w.clone().requires_grad_(True)
         base = torch.optim.AdamW([copy], lr=group["lr"], betas=group["betas"], eps=group["eps"],
                                  weight_decay=group["weight_decay"])
         if state:
             base.state[copy] = state
         copy.grad = g
-        base.step()
+        base.step()  # by hand: its own hooks see the tool's optimizer still stepping
+        self.stepping = None
         expected = w + ratio * (copy.detach() - w)
         error = ((first.detach() - expected).norm() / (expected - w).norm()).item()
         # float32 rounds w_after to about 2^-24·|w| per element: that much of the error is noise
@@ -91,7 +102,7 @@ class Watch:
         self.steps.append({"lr": group["lr"], "betas": list(group["betas"]), "eps": group["eps"],
                            "weight_decay": group["weight_decay"], "samples": int(seen),
                            "ratio": ratio, "update_error": error,
-                           "rounding": noise})
+                           "rounding": noise, "date": dated})
 
 
 def main(example: str, out: str) -> None:
