@@ -101,3 +101,23 @@ def test_gpt_char_trains_through_date_scale_and_reports_validation_loss(tmp_path
     assert summary["metric_name"] == "val_loss"
     assert 0 < summary["metric"] < torch.log(torch.tensor(float(vocab))).item()
     assert summary["steps"] == 6
+
+
+@pytest.mark.slow
+def test_the_hf_gpt_example_trains_the_baseline_and_the_plan_at_8x(tmp_path, monkeypatch):
+    """examples/hf_gpt_char.py as a user runs it, on a small corpus in the recipe's format: HF's
+    Trainer on nanoGPT's arguments, then DateTrainer at 8× from the baseline those arguments
+    describe (baseline_from_hf); both report a finite validation loss."""
+    pytest.importorskip("transformers")
+    import sys
+
+    from tests.conftest import ROOT
+
+    (tmp_path / "input.txt").write_text(TEXT * 20)
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    sys.modules.pop("hf_gpt_char", None)
+    import hf_gpt_char
+
+    losses = hf_gpt_char.main(["--data", str(tmp_path), "--steps", "16"])
+    assert set(losses) == {"baseline", "scaled"}
+    assert all(0 < v < 5 for v in losses.values())
