@@ -121,3 +121,17 @@ def test_the_hf_gpt_example_trains_the_baseline_and_the_plan_at_8x(tmp_path, mon
     losses = hf_gpt_char.main(["--data", str(tmp_path), "--steps", "16"])
     assert set(losses) == {"baseline", "scaled"}
     assert all(0 < v < 5 for v in losses.values())
+
+
+@pytest.mark.slow
+def test_gpt_char_at_64x_on_two_processes_a_dry_run_and_legws_limit(tmp_path):
+    """At 768 (64×) in the baseline's tokens LEGW's warmup would outlast training: refused in one
+    sentence naming the largest batch it fits; with a constant warmup the recipe dry-runs on 2
+    processes (no corpus needed: generated characters)."""
+    refused = date("scale", RECIPES / "gpt-char.yaml", "--batch", 768, "--nproc", 2, "--dry-run",
+                   "-o", tmp_path / "a")
+    assert refused.returncode == 2 and "LEGW fits up to batch 240" in refused.stderr
+    ran = date("scale", RECIPES / "gpt-char.yaml", "--batch", 768, "--nproc", 2, "--dry-run",
+               "--set", "date.warmup=constant", "-o", tmp_path / "b")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert "batch 12 → 768 (k = 64)" in ran.stdout
