@@ -534,3 +534,14 @@ def test_every_install_command_shown_works_from_a_clone():
             assert set(named.split(",")) <= extras, f"{path}: extras {named} not in pyproject"
     named = {extra for _, n in shown for extra in n.split(",")}
     assert {"hf", "lightning", "plot", "test"} <= named  # the commands users are told to run
+
+
+def test_every_figure_is_drawn_from_the_data_as_it_stands():
+    """Each SVG under docs/results/figures is the one drawn from the numbers its data gives now
+    (benchmarks/results_figures.py records both): a figure left stale by new data, or edited by
+    hand, fails. Each is shown in the docs."""
+    from benchmarks.results_figures import FIGS, stale
+
+    assert stale() == [], "run python -m benchmarks.results_figures"
+    pages = "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    assert all(f"results/figures/{name}.svg" in pages for name in FIGS)
