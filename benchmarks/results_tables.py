@@ -470,7 +470,37 @@ def hf_adapter_table() -> str:
     return "\n".join(lines)
 
 
+GPT_STUDY = "gpt-char"
+GPT_SWEEPS = ("gpt-char-rules", "gpt-char-budgets", "gpt-char-linear")
+GPT_LABELS = {"date": "default (its probe: k^0.75)", "paper": "paper (√k)",
+              "linear": "linear, constant warmup", "date+hold": "default, hold",
+              "date+ramp": "default, ramp"}
+
+
+def gpt_char_table() -> str:
+    """gpt-char's cells: validation loss (nats per character, lower is better) against each
+    sweep's baseline, seeds, steps, and the steps and training time to the baseline's loss."""
+    lines = ["| batch (k) | plan | Δ loss (seeds) | holds | steps | steps, s to the baseline's "
+             "loss |", "|---|---|---:|---|---:|---:|"]
+    for name in GPT_SWEEPS:
+        if study_of(name) is None:
+            continue
+        summary = sweep(name)
+        for g in summary.groups:
+            seeds = ", ".join(_num(r.metric - summary.baseline.mean, 3) for r in g.results
+                              if r.metric is not None)
+            reached = (f"{g.steps_to_target:.0f}, {g.time_to_target_s:.0f}"
+                       if g.time_to_target_s is not None else f"{g.reached} of "
+                       f"{len(g.results)} seeds reach it")
+            k = g.batch // summary.baseline.batch
+            lines.append(f"| {g.batch} ({k}×) | {GPT_LABELS.get(g.scheme, g.scheme)} | "
+                         f"{_num(g.delta, 3)} ({seeds}) | {'yes' if g.holds else 'no'} | "
+                         f"{g.steps} | {reached} |")
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "gpt-char": gpt_char_table,
     "schedule-shape": shape_table,
     "hf-adapter": hf_adapter_table,
     "readme-accuracy": readme_table,
