@@ -39,7 +39,7 @@ from date_engine.errors import PlanError, expect, named
 from date_engine.forecast import Forecast, NoiseCurve, forecast
 from date_engine.ramp import Change, Rung, follow, ramp
 from date_engine.shapes import Schedule
-from date_engine.spec import MAX_STEPS, Spec
+from date_engine.spec import LR_FLOOR, MAX_STEPS, Spec
 
 __all__ = [
     "BatchStage",
@@ -561,8 +561,7 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
                       "largest B < B0 · E_tot / w0", f"{fmt(b0)} · {fmt(total_epochs)} / {fmt(w0)}",
                       "beyond it LEGW's warmup outlasts training")
     schedule = base.schedule.shape(eta0)
-    floor = date.lr_floor if schedule.is_date_default or "lr_floor" in date.model_fields_set \
-        else 0.0
+    floor = date.lr_floor if schedule.is_date_default or date.lr_floor != LR_FLOOR else 0.0
     _refuse_unsound(spec, batch, k, warmup_epochs, total_epochs,
                     largest_batch(spec, n, multiple_of), peak, floor)
     optimizer = _optimizer(d, spec, k, p)

@@ -331,6 +331,10 @@ class BaselineSpec(_Section):
         return self
 
 
+LR_FLOOR = 1e-6
+"""date.lr_floor's default: DATE's linear decay stops there."""
+
+
 class DateSpec(_Section):
     """How DATE scales the baseline (docs/algorithm.md §2 and §6)."""
 
@@ -346,9 +350,11 @@ class DateSpec(_Section):
     Default: legw."""
     warmup_shape: Literal["linear", "quadratic"] = "linear"
     """LR during warmup: η·(e/w) or η·(e/w)²."""
-    lr_floor: float = Field(default=1e-6, ge=0.0)
+    lr_floor: float = Field(default=LR_FLOOR, ge=0.0)
     """η̂: the decay stops at this LR. It applies to DATE's own linear decay; a baseline schedule
-    of another shape, or one that names its end, keeps its own unless this is set."""
+    of another shape, or one that names its end, keeps its own unless this is set to another
+    value than the default (a spec written out and read back, as a sweep's cells are, keeps
+    that meaning)."""
     weight_decay: Literal["scaled", "fixed"] = "scaled"
     """rule date, decoupled weight decay (AdamW): scaled — λ·k^(1−p), so that the decay's
     timescale B/(η·λ) stays the same number of epochs; fixed — the baseline's λ, for comparisons."""

@@ -126,8 +126,8 @@ def test_recipes_in_a_pipe_keep_every_name_whole():
     result = run_group([sys.executable, "-m", "date_engine", "recipes"], env={"COLUMNS": "40"})
     assert result.returncode == 0
     names = [line.split("\t")[0] for line in result.stdout.splitlines()]
-    assert names == ["bert-mlm", "gnmt", "gpt-char", "lenet-digits", "lenet-mnist", "lstm-mnist", "ptb-large",
-                     "ptb-small", "resnet50-imagenet", "vit-mnist"]
+    assert names == ["bert-mlm", "gnmt", "gpt-char", "lenet-digits", "lenet-mnist", "lstm-mnist",
+                     "ptb-large", "ptb-small", "resnet50-imagenet", "vit-mnist"]
     from date_engine.models.lenet import LeNet
 
     params = sum(p.numel() for p in LeNet(image_size=8).parameters())
