@@ -471,7 +471,7 @@ def hf_adapter_table() -> str:
 
 
 GPT_STUDY = "gpt-char"
-GPT_SWEEPS = ("gpt-char-rules", "gpt-char-budgets", "gpt-char-linear")
+GPT_SWEEPS = ("gpt-char-rules", "gpt-char-budgets", "gpt-char-linear", "gpt-char-hold-32x")
 GPT_LABELS = {"date": "default (its probe: k^0.75)", "paper": "paper (√k)",
               "linear": "linear, constant warmup", "date+hold": "default, hold",
               "date+ramp": "default, ramp"}
