@@ -295,7 +295,8 @@ def test_cuda_only_options_on_the_cpu_say_so_and_run_fp32(tmp_path):
         (["--batch", 256, "--nproc", 3], "does not divide evenly over 3 processes"),
         (
             ["--batch", 256, "--recipe", "no-such-recipe"],
-            "unknown recipe 'no-such-recipe'; known recipes: bert-mlm, gnmt, gpt-char, lenet-digits",
+            "unknown recipe 'no-such-recipe'; known recipes: bert-mlm, gnmt, gpt-char, "
+            "lenet-digits",
         ),
         (
             ["--batch", 256, "--recipe", "tests.nowhere:thing"],

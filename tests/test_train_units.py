@@ -174,6 +174,12 @@ def test_mismatch_is_described():
         plan, other, "f", "f"
     )
     assert "another spec" in ckpt.describe_mismatch(plan, plan, "f", "g")
+    # a version that words the plan's notes anew still resumes it; a number that trains differs
+    worded = {**plan, "lr_note": "", "derivations": [{"note": "old words"}]}
+    assert ckpt.describe_mismatch(worded, {**worded, "lr_note": "new", "derivations": [
+        {"note": "new words"}]}, "f", "f") is None
+    assert ckpt.describe_mismatch(worded, {**worded, "x": 2}, "f", "f") == \
+        "its plan differs from this run's"
 
 
 def test_recipe_from_module_function_and_entry_point(tmp_path, monkeypatch):

@@ -323,9 +323,11 @@ def restore_rng(state: dict[str, Any]) -> None:
         np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
 
 
-_IN_SPEC = ("grad_clip",)
-"""Plan keys the spec's fingerprint already covers, which plans written before they were plan
-keys lack."""
+_IN_SPEC = ("grad_clip", "derivations", "lr_note")
+"""Plan keys a checkpoint's plan is not compared on: the clipping, which the spec's fingerprint
+covers (plans written before it was a plan key lack it), and the plan's own words — each
+derivation's formula and why, the LR's note — which a version may word anew while every number
+that trains stays (the numbers are plan keys of their own)."""
 
 
 def _without(plan: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
