@@ -797,9 +797,8 @@ def _warmup_too_long(batch, k, w0, w, total, max_batch) -> str:
         )
     return (
         f"batch {batch}: LEGW's warmup, k·w0 = {fmt(k)} × {fmt(w0)} = {w:.4g} epochs, would "
-        f"outlast training's {total:.4g}; LEGW fits up to batch {max_batch} (or train more "
-        f"epochs: {named('budget', '--budget', 'hold')} with a probe; or keep the baseline's "
-        "warmup: date.warmup: constant)."
+        f"outlast training's {total:.4g}; LEGW fits up to batch {max_batch} (or "
+        f"{named('budget', '--budget', 'hold')} with a probe, or date.warmup: constant)."
     )
 
 
