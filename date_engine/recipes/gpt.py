@@ -14,7 +14,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from date_engine.recipes import DataOptions, Recipe, RecipeData, register_recipe
-from date_engine.recipes.simple import token_loss, token_nll
+from date_engine.recipes.simple import generated_tokens, stacked, token_loss, token_nll
 
 
 class GPTOptions(BaseModel):
@@ -41,11 +41,8 @@ def _data(options: DataOptions, model: GPTOptions) -> RecipeData:
     from date_engine.errors import DataError
 
     if options.synthetic:
-        gen = torch.Generator().manual_seed(options.seed)
-        stream = lambda n: torch.randint(0, model.vocab, (n * model.block + 1,), generator=gen)  # noqa: E731
-        return RecipeData(LMSequences(stream(512), model.block),
-                          LMSequences(stream(64), model.block), _stack,
-                          note="a generated character stream")
+        return generated_tokens(model.vocab, model.block, options.seed,
+                                "a generated character stream")
     vocab, ids = load_chars(options.data_dir or "data/shakespeare-chars")
     if len(vocab) > model.vocab:
         raise DataError(f"{options.data_dir}/input.txt: its training part has {len(vocab) - 1} "
@@ -54,15 +51,7 @@ def _data(options: DataOptions, model: GPTOptions) -> RecipeData:
     valid = LMSequences(ids["valid"], model.block)
     chosen = torch.linspace(0, len(valid) - 1, min(model.eval_windows, len(valid))).long()
     return RecipeData(LMSequences(ids["train"], model.block),
-                      torch.utils.data.Subset(valid, chosen.tolist()), _stack)
-
-
-def _stack(batch):
-    import torch
-
-    if isinstance(batch, tuple):  # LMSequences.__getitems__ stacked the micro-batch
-        return batch
-    return torch.stack([x for x, _ in batch]), torch.stack([y for _, y in batch])
+                      torch.utils.data.Subset(valid, chosen.tolist()), stacked)
 
 
 def _model(options: GPTOptions):

@@ -11,7 +11,13 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from date_engine.recipes import DataOptions, Recipe, RecipeData, register_recipe
-from date_engine.recipes.simple import perplexity, token_loss, token_nll
+from date_engine.recipes.simple import (
+    generated_tokens,
+    perplexity,
+    stacked,
+    token_loss,
+    token_nll,
+)
 
 
 class SmallOptions(BaseModel):
@@ -33,31 +39,18 @@ class LargeOptions(SmallOptions):
 
 
 def _data(options: DataOptions, model: SmallOptions) -> RecipeData:
-    import torch
-
     from date_engine.data.text import LMSequences, load_ptb
 
     if options.synthetic:
-        gen = torch.Generator().manual_seed(options.seed)
-        stream = lambda n: torch.randint(0, model.vocab, (n * model.num_steps + 1,), generator=gen)  # noqa: E731
-        return RecipeData(
-            LMSequences(stream(512), model.num_steps),
-            LMSequences(stream(64), model.num_steps),
-            _stack,
-            note="a generated token stream of the vocabulary's size",
-        )
+        return generated_tokens(model.vocab, model.num_steps, options.seed,
+                                "a generated token stream of the vocabulary's size")
     vocab, ids = load_ptb(options.data_dir or "data/ptb", max_vocab=model.vocab)
     return RecipeData(
         LMSequences(ids["train"], model.num_steps),
         LMSequences(ids["valid"], model.num_steps),
-        _stack,
+        stacked,
         context={"vocab": vocab},
     )
-
-
-def _stack(batch):
-    return batch  # LMSequences.__getitems__ already stacked the micro-batch
-
 
 def _model(options: SmallOptions):
     from date_engine.models.lstm import WordLM

@@ -20,7 +20,8 @@ from typing import Any
 from date_engine.recipes import DataOptions, Recipe, RecipeData
 from date_engine.recipes._classification import accuracy_percent, correct_count, cross_entropy_loss
 
-__all__ = ["classifier", "language_model", "perplexity", "token_loss", "token_nll"]
+__all__ = ["classifier", "generated_tokens", "language_model", "perplexity", "stacked",
+           "token_loss", "token_nll"]
 
 Data = Callable[[], tuple[Any, Any]]
 
@@ -72,6 +73,28 @@ def _loaded(data: Data) -> Callable[[DataOptions, Any], RecipeData]:
         return RecipeData(train, evaluation, collate)
 
     return build
+
+
+def stacked(batch: Any) -> Any:
+    """The collate of token windows (``LMSequences``, or a ``Subset`` of them): their
+    ``__getitems__`` already stacked the micro-batch as (inputs, targets)."""
+    return batch
+
+
+def generated_tokens(vocab: int, length: int, seed: int, note: str) -> RecipeData:
+    """A dry run's language-model data: random token streams of ``vocab`` ids cut into windows
+    of ``length`` (512 training, 64 evaluation windows)."""
+    import torch
+
+    from date_engine.data.text import LMSequences
+
+    gen = torch.Generator().manual_seed(seed)
+
+    def stream(windows: int) -> Any:
+        return torch.randint(0, vocab, (windows * length + 1,), generator=gen)
+
+    return RecipeData(LMSequences(stream(512), length), LMSequences(stream(64), length), stacked,
+                      note=note)
 
 
 def token_loss(model: Any, batch: Any, data: Any = None) -> Any:

@@ -323,7 +323,7 @@ def restore_rng(state: dict[str, Any]) -> None:
         np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
 
 
-_IN_SPEC = ("grad_clip", "derivations", "lr_note")
+_NOT_COMPARED = ("grad_clip", "derivations", "lr_note")
 """Plan keys a checkpoint's plan is not compared on: the clipping, which the spec's fingerprint
 covers (plans written before it was a plan key lack it), and the plan's own words — each
 derivation's formula and why, the LR's note — which a version may word anew while every number
@@ -351,7 +351,7 @@ def describe_mismatch(
             f"{saved_plan.get('accumulation_steps')}, not batch {plan['target_batch']} = "
             f"{plan['micro_batch']} × {plan['world_size']} × {plan['accumulation_steps']}"
         )
-    if _without(saved_plan, _IN_SPEC) != _without(plan, _IN_SPEC):
+    if _without(saved_plan, _NOT_COMPARED) != _without(plan, _NOT_COMPARED):
         return "its plan differs from this run's"
     return None
 
