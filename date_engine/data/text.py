@@ -111,9 +111,8 @@ def load_chars(root: str | Path) -> tuple[Vocabulary, dict[str, torch.Tensor]]:
     path = Path(root) / "input.txt"
     if not path.is_file():
         raise DataMissing(
-            f"{path}: not found; a character-level corpus is one text file, input.txt (nanoGPT's "
-            "layout). Set train.data_dir, or write Shakespeare's works there with `date data "
-            "prepare shakespeare-chars <folder> --source <archive>`.")
+            f"{path}: not found; set train.data_dir to a folder with input.txt, or write one with "
+            "`date data prepare shakespeare-chars <folder> --source <archive>`.")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
