@@ -135,3 +135,29 @@ def test_gpt_char_at_64x_on_two_processes_a_dry_run_and_legws_limit(tmp_path):
                "--set", "date.warmup=constant", "-o", tmp_path / "b")
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert "batch 12 → 768 (k = 64)" in ran.stdout
+
+
+def test_a_sweep_forecasts_a_batch_its_spec_refuses_from_the_hold_plan(stored_probe):
+    """At 32× LEGW's warmup outlasts gpt-char's 0.34 epochs, so the spec's own plan is refused;
+    a sweep of --budgets hold still records the probe's forecast there (it does not depend on the
+    budget), the one `date plan --budget hold` prints."""
+    from date_engine.errors import PlanError
+    from date_engine.forecast import forecast
+    from date_engine.probe import Probe
+    from date_engine.recipes import get_recipe
+    from date_engine.runplan import resolve_plan
+    from date_engine.spec import load_spec
+    from date_engine.sweep import sweep_forecast
+
+    path = stored_probe("probes/gpt-char")
+    spec = load_spec(RECIPES / "gpt-char.yaml", [f"date.probe={path}"])
+    recipe = get_recipe("gpt-char")
+    with pytest.raises(PlanError, match="LEGW fits up to batch"):
+        resolve_plan(spec, 384, 1, recipe=recipe)
+    rows = sweep_forecast(spec, [96, 384], 1, recipe)["batches"]
+    probe, base = Probe.read(path), spec.baseline
+    e0 = base.iterations * base.batch_size / base.dataset_size
+    for row in rows:
+        ahead = forecast(probe.curve, row["batch"], base.batch_size, e0, base.dataset_size)
+        assert (row["factor"], row["steps"]) == (ahead.factor, ahead.steps)
+    assert [row["expected"] for row in rows] == ["loses", "loses"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from date_engine.errors import DateError
+from date_engine.errors import DateError, PlanError
 from date_engine.files import read_small_text
 from date_engine.machine import choose_threads, describe
 from date_engine.recipes import Recipe
@@ -231,12 +231,24 @@ def sweep_time_forecast(bench_path: Path, cells: list[PlannedCell], recipe: str)
 
 def sweep_forecast(spec: Spec, batches: list[int], nproc: int, recipe: Recipe) -> dict:
     """The probe's forecast (``spec.date.probe``) for each batch of the sweep, from the same plans
-    ``date plan --probe`` prints (the cells themselves train without it), for its report."""
+    ``date plan --probe`` prints (the cells themselves train without it), for its report. The
+    forecast does not depend on the budget: a batch the spec's own budget refuses (LEGW's warmup
+    outlasting the baseline's epochs) takes it from the plan of budget hold, which a sweep of
+    ``--budgets hold`` trains."""
     from date_engine.runplan import resolve_plan
+    from date_engine.spec import parse_spec
 
+    held = None
     rows = []
     for batch in batches:
-        ahead = resolve_plan(spec, batch, nproc, recipe=recipe).plan.forecast
+        try:
+            ahead = resolve_plan(spec, batch, nproc, recipe=recipe).plan.forecast
+        except PlanError:
+            if held is None:
+                raw = spec.model_dump(mode="json", exclude_none=True)
+                raw.setdefault("date", {})["budget"] = "hold"
+                held = parse_spec(raw, source="the sweep's forecast")
+            ahead = resolve_plan(held, batch, nproc, recipe=recipe).plan.forecast
         rows.append({"batch": batch, "factor": ahead.factor, "epochs": ahead.epochs,
                      "steps": ahead.steps, "holding_batch": ahead.holding_batch,
                      "expected": "loses" if ahead.loses_at_same_epochs else "holds"})
