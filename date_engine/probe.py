@@ -53,7 +53,8 @@ class NoisePoint:
     grad_sq: float
     """|G_pair|²: the signal of pairs of consecutive steps."""
     grad_trace: float
-    loss: float
+    loss: float | None
+    """The mean training loss the stretch logged (None where the trainer logged none there)."""
     simple_scale: float | None = None
     """B_simple = tr(Σ)/|G|² of single steps, for comparison (docs/noise.md)."""
 
@@ -245,8 +246,10 @@ def probe_points(records: Sequence[dict[str, Any]], count: int) -> tuple[NoisePo
         inside = [r for r in measured if i * width < r["epoch"] <= (i + 1) * width]
         if not inside:
             continue
-        pair_sq, simple_sq, trace, loss = (sum(r[key] for r in inside) / len(inside) for key in
-                                           ("grad_sq_pair", "grad_sq", "grad_trace", "loss"))
+        pair_sq, simple_sq, trace = (sum(r[key] for r in inside) / len(inside) for key in
+                                     ("grad_sq_pair", "grad_sq", "grad_trace"))
+        losses = [r["loss"] for r in inside if r.get("loss") is not None]
+        loss = sum(losses) / len(losses) if losses else None
         points.append(NoisePoint((i + 0.5) * width, _ratio(trace, pair_sq), pair_sq, trace, loss,
                                  _ratio(trace, simple_sq)))
     return tuple(points)

@@ -10,11 +10,17 @@ at 1e-3 (beta2 0.99, weight decay 0.1 on matrices), 100 warmup steps, cosine to 
     date data prepare shakespeare-chars data/shakespeare-chars --source <archive>
     python examples/hf_gpt_char.py                         # the baseline, then 8x
     python examples/hf_gpt_char.py --steps 20 --scaled-only  # a quick look
+    python examples/hf_gpt_char.py --probe probe.json --probe-share 0.25 --scaled-only
+
+With --probe the baseline is first trained with DateProbe, which measures its gradient noise
+scale (the same batch of 12 split into two micro-batches of 6) and writes probe.json; the
+forecast for the scaled batch is printed from it, as `date plan --from args.json --probe` reads it.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import tempfile
 
@@ -23,7 +29,7 @@ import transformers
 
 from date_engine import baseline_from_hf, plan_for
 from date_engine.data.text import LMSequences, load_chars
-from date_engine.integrations.hf import DateTrainer, training_arguments
+from date_engine.integrations.hf import DateProbe, DateTrainer, training_arguments
 
 BLOCK, EVAL_WINDOWS = 64, 2048
 
@@ -67,6 +73,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--scale", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scaled-only", action="store_true", help="skip training the baseline")
+    parser.add_argument("--probe", help="first probe the baseline with DateProbe into this file")
+    parser.add_argument("--probe-share", type=float, help="the share of its steps to probe")
     a = parser.parse_args(argv)
     vocab, ids = load_chars(a.data)
     train = Windows(LMSequences(ids["train"], BLOCK))
@@ -77,6 +85,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as out:
         args = nanogpt_args(out, a.steps, a.seed)
         run = plan_for(baseline_from_hf(args, len(train)), batch=12 * a.scale)
+        if a.probe:
+            probe_forecast(a, args, train, len(vocab), run.plan.target_batch)
         jobs = [("scaled", DateTrainer, training_arguments(run, base=args), {"plan": run})]
         if not a.scaled_only:
             jobs.insert(0, ("baseline", transformers.Trainer, args, {}))
@@ -90,6 +100,24 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                   f"validation loss {losses[name]:.4f} nats per character", flush=True)
     assert all(math.isfinite(v) for v in losses.values())
     return losses
+
+
+def probe_forecast(a: argparse.Namespace, args: transformers.TrainingArguments,
+                   train: Windows, vocab: int, batch: int) -> None:
+    """Train the baseline with DateProbe (batch 12 as 2 micro-batches of 6) and print what its
+    probe forecasts for ``batch``."""
+    split = dataclasses.replace(args, per_device_train_batch_size=6,
+                                gradient_accumulation_steps=2)
+    probe = DateProbe(a.probe, train_samples=len(train), share=a.probe_share)
+    transformers.Trainer(model=model(vocab, a.seed), args=split, train_dataset=train,
+                         callbacks=[probe]).train()
+    if probe.probe is None:
+        raise SystemExit("the probe measured too few steps for a noise curve; probe more steps")
+    ahead = plan_for(baseline_from_hf(args, len(train)), batch=batch, probe=a.probe,
+                     budget="hold").plan.forecast
+    print(f"probe ({probe.probe.steps} steps, {probe.probe.wall_seconds:.0f} s): B_noise at the "
+          f"baseline's end {ahead.noise_at_end:.1f}, B_hold {ahead.holding_batch}; batch {batch} "
+          f"needs {ahead.factor:.2f}x the baseline's epochs ({ahead.steps} steps)", flush=True)
 
 
 if __name__ == "__main__":

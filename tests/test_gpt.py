@@ -107,7 +107,8 @@ def test_gpt_char_trains_through_date_scale_and_reports_validation_loss(tmp_path
 def test_the_hf_gpt_example_trains_the_baseline_and_the_plan_at_8x(tmp_path, monkeypatch):
     """examples/hf_gpt_char.py as a user runs it, on a small corpus in the recipe's format: HF's
     Trainer on nanoGPT's arguments, then DateTrainer at 8× from the baseline those arguments
-    describe (baseline_from_hf); both report a finite validation loss."""
+    describe (baseline_from_hf); both report a finite validation loss. With --probe DateProbe
+    measures the baseline's first half and writes the probe.json the forecast reads."""
     pytest.importorskip("transformers")
     import sys
 
@@ -121,6 +122,13 @@ def test_the_hf_gpt_example_trains_the_baseline_and_the_plan_at_8x(tmp_path, mon
     losses = hf_gpt_char.main(["--data", str(tmp_path), "--steps", "16"])
     assert set(losses) == {"baseline", "scaled"}
     assert all(0 < v < 5 for v in losses.values())
+    probed = hf_gpt_char.main(["--data", str(tmp_path), "--steps", "40", "--scaled-only",
+                               "--probe", str(tmp_path / "probe.json"), "--probe-share", "0.5"])
+    assert set(probed) == {"scaled"}
+    from date_engine.probe import Probe
+
+    written = Probe.read(tmp_path / "probe.json")
+    assert (written.steps, written.baseline_steps, written.accumulation_steps) == (20, 40, 2)
 
 
 @pytest.mark.slow

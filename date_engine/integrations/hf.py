@@ -16,6 +16,14 @@
 ``train()``, before any step, it refuses settings that would train something else: a global batch
 or a length other than the plan's, ``auto_find_batch_size``, and a learning rate, schedule or
 warmup other than the plan's (HF's would be replaced without a word).
+
+:class:`DateProbe` is ``date probe`` for a baseline trained in HF's Trainer: a callback that
+measures the gradient noise scale during the baseline's own run and writes probe.json, which
+``plan_for(spec, batch, probe=...)`` and ``date plan --from args.json --probe`` read::
+
+    args = TrainingArguments(..., per_device_train_batch_size=6, gradient_accumulation_steps=2)
+    Trainer(model=model, args=args, train_dataset=train,
+            callbacks=[DateProbe("probe.json", train_samples=len(train))]).train()
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from date_engine.runplan import RunPlan
 transformers = require("transformers", "hf")
 require("accelerate", "hf")
 
-__all__ = ["DateTrainer", "training_arguments"]
+__all__ = ["DateProbe", "DateTrainer", "training_arguments"]
 
 _PLAN_ARGS = "training_arguments(run, base=args) sets them"
 
@@ -133,3 +141,61 @@ def _lr_contradictions(args: Any, want: dict[str, Any]) -> list[str]:
     if warmup != want["warmup_steps"]:
         out.append(f"{warmup} warmup steps (the plan: {want['warmup_steps']})")
     return out
+
+
+class DateProbe(transformers.TrainerCallback):
+    """Measures the gradient noise scale of the baseline HF's Trainer runs, and writes
+    ``path`` (probe.json) when training ends: the baseline is read from the Trainer's own
+    arguments over ``train_samples`` samples (:func:`~date_engine.baseline_from_hf`), so the
+    probe matches the plans made from them. Each process needs two or more micro-batches per
+    step (``gradient_accumulation_steps`` ≥ 2: split the same batch). ``share``: stop the run
+    after that share of its steps, as ``date probe`` does (default: measure the whole run). The
+    probe has no LR check (``date probe`` trains a second run for it; docs/noise.md)."""
+
+    def __init__(self, path: str, *, train_samples: int, share: float | None = None) -> None:
+        expect(path, str, "DateProbe: path", "where to write probe.json (str)")
+        expect(train_samples, int, "DateProbe: train_samples", "the training samples (int)")
+        self.path, self.train_samples, self.share = path, train_samples, share
+        self.meter: Any = None
+        self.probe: Any = None
+        """The probe written (a :class:`~date_engine.probe.Probe`), None before the end or
+        where too few steps were measured."""
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
+                       **kwargs: Any) -> None:
+        from accelerate.state import GradientState
+
+        from date_engine.api import plan_for
+        from date_engine.integrations.configs import baseline_from_hf
+        from date_engine.integrations.probing import InRunProbe
+
+        if getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
+            raise DateError("DateProbe measures whole gradients, which FSDP and DeepSpeed shard; "
+                            "train the baseline it probes under DDP or on one process.")
+        spec = baseline_from_hf(args, self.train_samples, args.world_size)
+        run = plan_for(spec, batch=spec.baseline.batch_size, devices=args.world_size,
+                       micro_batch=args.per_device_train_batch_size)
+        gradients = GradientState()  # HF's loop sets sync_gradients for each micro-batch
+        self.meter = InRunProbe(spec, run, self.path, lambda: gradients.sync_gradients,
+                                share=self.share, run_dir=args.output_dir or "")
+        self.meter.attach(model)
+        self._micro_batches = 0
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._micro_batches = 0
+
+    def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._micro_batches += 1
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.meter.end_step(self._micro_batches + 1):
+            control.should_training_stop = True
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None,
+               **kwargs: Any) -> None:
+        if logs and "loss" in logs:
+            self.meter.loss(logs["loss"])
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.meter.detach()
+        self.probe = self.meter.write()

@@ -19,6 +19,10 @@
 sentence with the values to set. The measured batch ramp is not offered here: Lightning changes
 accumulation only at epoch boundaries (``GradientAccumulationScheduler``), while a measured ramp
 moves at the step its noise scale passes a rung (docs/integrations.md).
+
+:class:`DateProbe` measures the gradient noise scale while Lightning trains the baseline and
+writes probe.json for ``plan_for(..., probe=)`` and ``date plan --probe``
+(:mod:`date_engine.integrations.probing`).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from date_engine.runplan import RunPlan
 
 L = require("lightning", "lightning")
 
-__all__ = ["DatePlan", "optimizers_for", "trainer_settings"]
+__all__ = ["DatePlan", "DateProbe", "optimizers_for", "trainer_settings"]
 
 
 def trainer_settings(run: RunPlan) -> dict[str, Any]:
@@ -75,3 +79,56 @@ class DatePlan(L.pytorch.Callback):
                 f"Trainer(devices={t['devices']}, accumulate_grad_batches="
                 f"{t['accumulate_grad_batches']}, max_steps={t['max_steps']}) and a dataloader of "
                 f"batch_size={want['dataloader_batch_size']} (trainer_settings(run) gives them).")
+
+
+class DateProbe(L.pytorch.Callback):
+    """``date probe`` for a baseline Lightning trains: measures the gradient noise scale during
+    the run and writes ``path`` (probe.json) when it ends. ``spec``: the baseline (a Spec, its
+    YAML or a shipped baseline's name, with ``baseline.dataset_size``), whose batch must be
+    devices × the dataloader's batch × ``accumulate_grad_batches``, with two or more
+    micro-batches per step. ``share``: stop after that share of the baseline's steps (default:
+    the whole run). No LR check (docs/noise.md)."""
+
+    def __init__(self, path: str, spec: Any, *, share: float | None = None) -> None:
+        from date_engine.api import spec_with
+
+        expect(path, str, "DateProbe: path", "where to write probe.json (str)")
+        self.path, self.spec, self.share = path, spec_with(spec), share
+        self.meter: Any = None
+        self.probe: Any = None
+        """The probe written, None before the end or where too few steps were measured."""
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        from date_engine.api import plan_for
+        from date_engine.integrations.probing import InRunProbe
+
+        per_device = getattr(trainer.train_dataloader, "batch_size", None)
+        n, world = trainer.accumulate_grad_batches, trainer.world_size
+        b0 = self.spec.baseline.batch_size
+        if per_device is None or per_device * n * world != b0:
+            raise DateError(f"DateProbe: the Trainer trains batches of {per_device} × "
+                            f"{n} accumulated × {world} devices, not the baseline's {b0}; give "
+                            "the dataloader and accumulate_grad_batches the baseline's split.")
+        run = plan_for(self.spec, batch=b0, devices=world, micro_batch=per_device)
+        self.meter = InRunProbe(self.spec, run, self.path, lambda: self._last, share=self.share,
+                                run_dir=str(trainer.default_root_dir))
+        self.meter.attach(pl_module)
+        self._last, self._micro_batches = False, 0
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
+                             batch_idx: int) -> None:
+        n = trainer.accumulate_grad_batches
+        self._last = (batch_idx + 1) % n == 0 or batch_idx + 1 == trainer.num_training_batches
+
+    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+        self._micro_batches += 1
+        self.meter.loss(loss.detach() * trainer.accumulate_grad_batches)
+
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        if self.meter.end_step(self._micro_batches):
+            trainer.should_stop = True
+        self._micro_batches = 0
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self.meter.detach()
+        self.probe = self.meter.write()

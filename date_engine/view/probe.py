@@ -26,7 +26,8 @@ def render_probe(probe: Probe, title: str) -> Group:
         points.add_column(col, justify="right")
     for p in probe.points:
         points.add_row(f"{p.epoch:.3g}", _scale(p.noise_scale), _scale(p.simple_scale),
-                       f"{p.grad_sq:.4g}", f"{p.grad_trace:.4g}", f"{p.loss:.4g}")
+                       f"{p.grad_sq:.4g}", f"{p.grad_trace:.4g}",
+                       "—" if p.loss is None else f"{p.loss:.4g}")
     curve, b0, e0 = probe.curve, probe.baseline["batch_size"], probe.baseline_epochs
     n = probe.baseline["dataset_size"]
     table = Table(title=f"Forecast (baseline {b0} × {e0:.4g} epochs)", title_justify="left")
