@@ -20,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.results_tables import RULES, _rule_refs, delta
+from benchmarks.results_data import study_of, sweep
+from benchmarks.results_tables import GPT_LABELS, GPT_SWEEPS, RULES, _rule_refs, delta
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = ROOT / "docs" / "results" / "figures"
@@ -65,6 +66,41 @@ def lr_curves_data() -> dict[str, Any]:
     return {"curves": curves}
 
 
+def gpt_char_data() -> dict[str, Any]:
+    """gpt-char's cells (the gpt-char table): each plan's validation-loss Δ against its sweep's
+    baseline at each k, and the criterion's tolerance."""
+    series: dict[str, dict[str, list]] = {}
+    for name in GPT_SWEEPS:
+        if study_of(name) is None:
+            continue
+        summary = sweep(name)
+        for g in summary.groups:
+            line = series.setdefault(GPT_LABELS.get(g.scheme, g.scheme), {"k": [], "delta": []})
+            line["k"].append(g.batch // summary.baseline.batch)
+            line["delta"].append(round(g.delta, 4))
+    return {"series": series, "tolerance": 0.02}
+
+
+def _draw_gpt_char(data: dict[str, Any], plt: Any) -> Any:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, line in data["series"].items():
+        ax.plot(line["k"], line["delta"], marker="o", label=label)
+    ax.axhspan(-1.0, data["tolerance"], color="green", alpha=0.08,
+               label=f"holds (Δ ≤ +{data['tolerance']})")
+    ax.axhline(0.0, color="grey", linewidth=0.8)
+    ks = sorted({k for line in data["series"].values() for k in line["k"]})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_ylim(min(-0.3, *(min(line["delta"]) - 0.05 for line in data["series"].values())),
+                1.6)
+    ax.set_xlabel("k = B / 12 sequences")
+    ax.set_ylabel("Δ validation loss, nats per character")
+    ax.set_title("gpt-char (nanoGPT's baseline): lower is better", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def _draw_rules(data: dict[str, Any], plt: Any) -> Any:
     studies = data["studies"]
     fig, axes = plt.subplots(2, 3, figsize=(10, 6))
@@ -103,6 +139,7 @@ def _draw_lr_curves(data: dict[str, Any], plt: Any) -> Any:
 FIGS: dict[str, tuple[Callable[[], dict[str, Any]], Callable[..., Any]]] = {
     "rules": (rules_data, _draw_rules),
     "lr-curves": (lr_curves_data, _draw_lr_curves),
+    "gpt-char": (gpt_char_data, _draw_gpt_char),
 }
 
 

@@ -471,7 +471,8 @@ def hf_adapter_table() -> str:
 
 
 GPT_STUDY = "gpt-char"
-GPT_SWEEPS = ("gpt-char-rules", "gpt-char-budgets", "gpt-char-linear", "gpt-char-hold-32x")
+GPT_SWEEPS = ("gpt-char-rules", "gpt-char-budgets", "gpt-char-linear", "gpt-char-hold-32x",
+              "gpt-char-hold-64x")
 GPT_LABELS = {"date": "default (its probe: k^0.75)", "paper": "paper (√k)",
               "linear": "linear, constant warmup", "date+hold": "default, hold",
               "date+ramp": "default, ramp"}
@@ -482,6 +483,7 @@ def gpt_char_table() -> str:
     sweep's baseline, seeds, steps, and the steps and training time to the baseline's loss."""
     lines = ["| batch (k) | plan | Δ loss (seeds) | holds | steps | steps, s to the baseline's "
              "loss |", "|---|---|---:|---|---:|---:|"]
+    rows = []
     for name in GPT_SWEEPS:
         if study_of(name) is None:
             continue
@@ -493,14 +495,38 @@ def gpt_char_table() -> str:
                        if g.time_to_target_s is not None else f"{g.reached} of "
                        f"{len(g.results)} seeds reach it")
             k = g.batch // summary.baseline.batch
-            lines.append(f"| {g.batch} ({k}×) | {GPT_LABELS.get(g.scheme, g.scheme)} | "
-                         f"{_num(g.delta, 3)} ({seeds}) | {'yes' if g.holds else 'no'} | "
-                         f"{g.steps} | {reached} |")
+            rows.append(((g.batch, list(GPT_LABELS).index(g.scheme)),
+                         f"| {g.batch} ({k}×) | {GPT_LABELS[g.scheme]} | {_num(g.delta, 3)} "
+                         f"({seeds}) | {'yes' if g.holds else 'no'} | {g.steps} | {reached} |"))
+    return "\n".join(lines + [line for _, line in sorted(rows)])
+
+
+GPT_PROBES = (("probes/gpt-char", "`date probe recipes/gpt-char.yaml --share 0.25` (the recipe)"),
+              ("probes-hf/gpt2-char", "`DateProbe` in HF's Trainer, `GPT2LMHeadModel` "
+               "(`examples/hf_gpt_char.py --probe`)"))
+
+
+def gpt_probe_table() -> str:
+    """The forecast for gpt-char at 8× from the bundled trainer's probe and from DateProbe's
+    inside HF's Trainer, each over the baseline's first 500 steps."""
+    from benchmarks.results_data import probe
+    from date_engine.forecast import forecast
+
+    lines = ["| probe | steps | B_noise at the baseline's end | B_hold (±1 s.e.) | batch 96: "
+             "epochs × (steps) |", "|---|---:|---:|---:|---:|"]
+    for name, label in GPT_PROBES:
+        p = probe(name)
+        b0, n = p.baseline["batch_size"], p.baseline["dataset_size"]
+        ahead = forecast(p.curve, 8 * b0, b0, p.baseline_epochs, n)
+        lines.append(f"| {label} | {p.steps} | {ahead.noise_at_end:.0f} | {ahead.holding_batch} "
+                     f"({ahead.holding_low}–{ahead.holding_high}) | {ahead.factor:.2f} "
+                     f"({ahead.steps}) |")
     return "\n".join(lines)
 
 
 TABLES: dict[str, Callable[[], str]] = {
     "gpt-char": gpt_char_table,
+    "gpt-probe": gpt_probe_table,
     "schedule-shape": shape_table,
     "hf-adapter": hf_adapter_table,
     "readme-accuracy": readme_table,
