@@ -198,3 +198,35 @@ def test_lightning_writes_a_probe_that_plan_for_reads(tmp_path):
                               callbacks=[DateProbe(str(tmp_path / "p.json"), spec)])
     with pytest.raises(DateError, match="4 × 2 accumulated × 1 devices, not the baseline's 12"):
         wrong.fit(Regression(), loader)
+
+
+@pytest.mark.slow
+def test_under_ddp_each_process_measures_its_own_gradients_and_the_means_are_kept(tmp_path):
+    """2 processes (gloo), 3 micro-batches a step, the last backward all-reducing: the noise
+    scale receives the processes' mean of their own micro-batch |g|², of their own accumulated
+    gradient's |G|² and of its product with the previous step's — read before DDP averages the
+    gradients and before clipping (tests/probe_worker.py)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.bounds import hang_limit
+    from tests.conftest import ROOT
+
+    out = tmp_path / "seen.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(ROOT / "tests" / "probe_worker.py"), str(out)], cwd=tmp_path, capture_output=True,
+        text=True, timeout=hang_limit(16), env={**os.environ, "OMP_NUM_THREADS": "1",
+                                                "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    # bound: as in the one-process test, plus the two processes' mean (an add and a halving)
+    close = float64_formula(2 * (51 + ACCUMULATION) + 4)
+    assert len(result["seen"]) == len(result["expected"]) == 3
+    for (small_sq, big_sq, small, big, pair), (micro, step, product) in zip(result["seen"],
+                                                                            result["expected"]):
+        assert (small, big) == (MICRO, MICRO * ACCUMULATION)  # one process's micro-batches
+        assert small_sq == pytest.approx(micro, rel=close)
+        assert big_sq == pytest.approx(step, rel=close)
+        assert (product is None and math.isnan(pair)) or pair == pytest.approx(product, rel=close)
