@@ -183,6 +183,7 @@ def scale_command(
     master_addr: o.MasterAddrOpt = None, master_port: o.MasterPortOpt = None,
     max_restarts: o.RestartsOpt = 0, as_json: o.ScaleJsonOpt = False, probe: o.ProbeOpt = None,
     budget: o.BudgetOpt = None, parallel: o.ParallelOpt = None,
+    auto_resume: o.AutoResumeOpt = False,
 ) -> None:
     """Train the spec's recipe at BATCH with the DATE plan: one process, several, or nodes."""
     from date_engine.recipes import spec_recipe
@@ -204,9 +205,10 @@ def scale_command(
         if spec.baseline.dataset_size or found.dataset_size:  # else n is known once data loads
             resolve_plan(spec, size, world, micro_batch, found)  # refuse before any process starts
         budget_name = "" if spec.date.budget == "same-epochs" else f"-{spec.date.budget}"
-        run_dir = run_folder_for(output_dir, spec.train.output_dir,
-                                 f"runs/{found.name}-B{size}{budget_name}", resume,
-                                 versioned=job.launcher == "none" and nnodes == 1, dry_run=dry_run)
+        run_dir, resume = run_folder_for(
+            output_dir, spec.train.output_dir, f"runs/{found.name}-B{size}{budget_name}",
+            resume or auto_resume, versioned=job.launcher == "none" and nnodes == 1,
+            dry_run=dry_run, auto=auto_resume and not resume)
         config = RunConfig(
             spec=spec.model_dump(mode="json", exclude_none=True), spec_path=str(path),
             recipe=recipe_ref, batch=size, world_size=world, micro_batch=micro_batch,

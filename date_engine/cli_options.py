@@ -82,6 +82,9 @@ OutputOpt = Annotated[Optional[Path], path_opt(
 ResumeOpt = Annotated[bool, flag(
     "--resume", help="Continue from the newest valid checkpoint (of the newest default run "
     "folder, without --output-dir).")]
+AutoResumeOpt = Annotated[bool, flag(
+    "--auto-resume", help="Continue from the newest valid checkpoint if the run folder holds "
+    "one, else start: for job scripts that run again when requeued.")]
 ReplanOpt = Annotated[bool, flag(
     "--force-replan", help="Resume a checkpoint written for another plan (batch, processes, "
     "spec).")]

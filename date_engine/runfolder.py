@@ -31,6 +31,7 @@ import math
 import os
 import re
 import socket
+import sys
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -310,11 +311,26 @@ def folder_versions(base: Path) -> list[Path]:
 
 
 def run_folder_for(output_dir: Path | None, configured: str | None, default: str, resume: bool,
-                   versioned: bool, dry_run: bool) -> Path:
-    """Where ``date scale`` writes: ``output_dir`` (--output-dir), else ``configured``
-    (train.output_dir), else a new versioned ``default`` folder (the newest one with checkpoints
-    when resuming; one fixed folder where ``versioned`` is off: under a launcher, every process
-    must agree on it)."""
+                   versioned: bool, dry_run: bool, auto: bool = False) -> tuple[Path, bool]:
+    """Where ``date scale`` writes, and whether it resumes: ``output_dir`` (--output-dir), else
+    ``configured`` (train.output_dir), else a new versioned ``default`` folder (the newest one with
+    checkpoints when resuming; one fixed folder where ``versioned`` is off: under a launcher, every
+    process must agree on it). With ``auto`` (--auto-resume) it resumes where the folder holds a
+    checkpoint and starts otherwise, saying so on stderr: a job script that is requeued runs the
+    same command again."""
+    if auto and not dry_run:
+        run_dir, _ = run_folder_for(output_dir, configured, default, True, versioned, dry_run)
+        if RunFolder(run_dir).checkpoints():
+            return run_dir, True
+        run_dir, _ = run_folder_for(output_dir, configured, default, False, versioned, dry_run)
+        print(f"--auto-resume: no checkpoint in {run_dir} yet; starting the run.", file=sys.stderr,
+              flush=True)
+        return run_dir, False
+    return _folder(output_dir, configured, default, resume, versioned, dry_run), resume
+
+
+def _folder(output_dir: Path | None, configured: str | None, default: str, resume: bool,
+            versioned: bool, dry_run: bool) -> Path:
     from date_engine.checks import output_folder
 
     if output_dir is None and configured is None and versioned:
@@ -343,7 +359,7 @@ def continue_command(args: list[str] | None, run_dir: Path, output_dir: Path | N
             skip = False
         elif arg == "--max-steps":
             skip = True
-        elif arg != "--resume" and not arg.startswith("--max-steps="):
+        elif arg not in ("--resume", "--auto-resume") and not arg.startswith("--max-steps="):
             kept.append(shlex.quote(arg))
     if output_dir is None:
         kept += ["-o", shlex.quote(str(run_dir))]

@@ -461,3 +461,23 @@ def test_an_output_folder_under_a_looping_or_dangling_link_is_one_sentence(tmp_p
                  ["sweep", DIGITS, "--batches", 64, "-o", "data/sweep"]):
         result = invoke(*args)
         refused(result, "data is a symbolic link that leads nowhere (or to itself)")
+
+
+def test_auto_resume_continues_the_newest_default_folder_with_a_checkpoint(tmp_path, capsys):
+    """Without --output-dir, --auto-resume continues the newest versioned default folder that
+    holds a checkpoint, and starts the next free one where none does."""
+    from date_engine.runfolder import run_folder_for
+
+    base = tmp_path / "runs" / "lenet-digits-B256"
+
+    def folder():
+        return run_folder_for(None, None, str(base), False, versioned=True, dry_run=False,
+                              auto=True)
+
+    assert folder() == (base, False)
+    assert f"no checkpoint in {base} yet" in capsys.readouterr().err
+    for name in (base, base.with_name(f"{base.name}-2")):
+        (name / "checkpoints").mkdir(parents=True)
+        (name / "checkpoints" / "step-00000004.pt").write_bytes(b"")
+    assert folder() == (base.with_name(f"{base.name}-2"), True)
+    assert capsys.readouterr().err == ""

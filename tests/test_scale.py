@@ -98,6 +98,27 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(uninterrupted, tmp
     assert metrics(out) == metrics(uninterrupted)
 
 
+def test_auto_resume_starts_a_run_then_continues_it_then_says_it_is_finished(uninterrupted,
+                                                                            tmp_path):
+    """What a requeued job script needs: one command that starts the run where its folder holds
+    no checkpoint, continues it where it does (ending as the uninterrupted run), and exits 0
+    saying the run is finished once it is."""
+    out = tmp_path / "run"
+    command = ("scale", SPEC, "--batch", 256, *SHORT, "-o", out, "--auto-resume")
+    first = date(*command, "--max-steps", 23)
+    assert first.returncode == 0, first.stderr
+    assert f"--auto-resume: no checkpoint in {out} yet; starting the run." in first.stderr
+    second = date(*command)
+    assert second.returncode == 0, second.stderr
+    assert "resuming from" in second.stdout and "--auto-resume" not in second.stderr
+    a, b = final_model(uninterrupted), final_model(out)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert metrics(out) == metrics(uninterrupted)
+    again = date(*command)
+    assert again.returncode == 0 and "already finished" in again.stdout
+    assert metrics(out) == metrics(uninterrupted)
+
+
 def test_sigkilled_worker_is_restarted_by_torchrun_and_resumes(two_processes, tmp_path):
     common = TWO
     killed = date("scale", SPEC, *common, "-o", tmp_path / "killed", "--max-restarts", 1,
