@@ -187,7 +187,10 @@ def test_joins_a_job_started_by_srun(two_processes, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_sigterm_finishes_the_step_checkpoints_and_resumes(uninterrupted, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_sigterm_finishes_the_step_checkpoints_and_resumes(uninterrupted, tmp_path, sig):
+    """SIGTERM, and SIGUSR1: what srun forwards to its tasks (a SIGTERM to srun kills them with
+    SIGKILL), sent before a Slurm job's time limit by --signal=B:USR1@seconds."""
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
@@ -217,10 +220,10 @@ def test_sigterm_finishes_the_step_checkpoints_and_resumes(uninterrupted, tmp_pa
         (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().count("\n") >= 3
     ):
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     stdout, stderr = finish(proc, idle_s=10)
-    assert proc.returncode == 128 + signal.SIGTERM, stdout + stderr
-    assert "stopped by SIGTERM" in stdout and "Traceback" not in stderr
+    assert proc.returncode == 128 + sig, stdout + stderr
+    assert f"stopped by {sig.name}" in stdout and "Traceback" not in stderr
     saved = sorted((out / "checkpoints").glob("step-*.pt"))
     assert saved, "a checkpoint was written on the way out"
     resumed = date("scale", SPEC, "--batch", 256, *SHORT, "-o", out, "--resume")

@@ -58,9 +58,9 @@ def run(config: RunConfig) -> int:
                     parallel=config.spec.get("train", {}).get("parallel", "ddp"))
     console = (Console(stderr=config.print_json, highlight=False) if runtime.is_main
                else Console(quiet=True))
-    # SIGINT/SIGTERM are this run's until the process group is left: a signal that reaches one
-    # process after the job agreed to stop (the launcher signals its workers one after another)
-    # must not kill it in the job's last collectives, where its peers would fail with it
+    # SIGINT/SIGTERM/SIGUSR1 are this run's until the process group is left: a signal that
+    # reaches one process after the job agreed to stop (the launcher signals its workers one after
+    # another) must not kill it in the job's last collectives, where its peers would fail with it
     stop = _StopRequest()
     trainer = None
     try:
@@ -451,15 +451,16 @@ def noise_scale(steps_plan: RunPlan, sharded: bool, config: RunConfig) -> NoiseS
 
 
 class _StopRequest:
-    """SIGINT/SIGTERM set a flag; the loop stops after the step in flight. A second SIGINT stops at
-    once, until :meth:`settle`: from then on (the final checkpoint, the job's last collectives)
-    signals are only noted. :meth:`restore` gives the handlers back."""
+    """SIGINT, SIGTERM and SIGUSR1 (what srun forwards to its tasks, and Slurm sends before a
+    job's time limit with --signal) set a flag; the loop stops after the step in flight. A second
+    SIGINT stops at once, until :meth:`settle`: from then on (the final checkpoint, the job's last
+    collectives) signals are only noted. :meth:`restore` gives the handlers back."""
 
     def __init__(self) -> None:
         self.signal: str | None = None
         self.settled = False
         self._previous: dict[int, Any] = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
             try:
                 self._previous[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not the main thread (e.g. inside a test runner's worker thread)
