@@ -105,19 +105,19 @@ def _command_line(command: str) -> str:
 def plan_command(
     spec_arg: o.PlanSpecArg = None, *, batch: o.BatchOpt, nproc: o.NprocOpt = 1,
     micro_batch: o.MicroOpt = None, overrides: o.SetOpt = None, probe: o.ProbeOpt = None,
-    budget: o.BudgetOpt = None,
-    parallel: o.ParallelOpt = None, as_json: o.PlanJsonOpt = False, plot: o.PlotOpt = None,
-    compare: o.CompareOpt = False, devices: o.DevicesOpt = None, bench: o.BenchOpt = None,
-    baseline_devices: o.BaselineDevicesOpt = None, link: o.LinkOpt = None,
-    emit: o.EmitOpt = None, device_memory: o.DeviceMemoryOpt = None,
+    budget: o.BudgetOpt = None, parallel: o.ParallelOpt = None, as_json: o.PlanJsonOpt = False,
+    plot: o.PlotOpt = None, compare: o.CompareOpt = False, devices: o.DevicesOpt = None,
+    bench: o.BenchOpt = None, baseline_devices: o.BaselineDevicesOpt = None, link: o.LinkOpt = None,
+    emit: o.EmitOpt = None, device_memory: o.DeviceMemoryOpt = None, nnodes: o.NnodesOpt = 1,
     from_config: o.FromOpt = None, train_samples: o.TrainSamplesOpt = None,
 ) -> None:
     """Show every number DATE derives for BATCH, with its formula, before any training: by
     default the optimizer family's rule (k^p·η0 and the optimizer's batch-dependent settings);
     --set date.rule=paper for the paper's √k·η0. With --devices, the split over them; with
     --bench too, the time of a step, of the run and of the baseline, and the speedup. --emit
-    prints the settings for Hugging Face's Trainer, Lightning or accelerate instead. --from reads
-    the baseline from a Hugging Face or timm run's own configuration."""
+    prints the settings for Hugging Face's Trainer, Lightning or accelerate instead, or a Slurm
+    job script (--nnodes) that trains the plan. --from reads the baseline from a Hugging Face or
+    timm run's own configuration."""
     from date_engine.api import config_spec, forecast_times, memory_fit, plan_for
     from date_engine.recipes import spec_recipe
     from date_engine.sweep.schemes import SCHEMES, scheme_spec
@@ -138,10 +138,12 @@ def plan_command(
         size, recipe, world = parse_size(batch, "--batch"), spec_recipe(spec), devices or nproc
         planned = plan_for(spec, size, devices=world, micro_batch=micro_batch, recipe=recipe)
         if emit is not None:
-            from date_engine.view.emit import plan_call, print_emitted
+            from date_engine.view.emit import plan_call, print_emitted, scale_args
 
             return print_emitted(emit, planned, plan_call(
-                spec_call, planned, list(overrides or ()), probe and str(probe.absolute()), budget))
+                spec_call, planned, list(overrides or ()), probe and str(probe.absolute()), budget),
+                from_config is None and scale_args(str(spec_arg), batch, micro_batch, overrides,
+                                                   probe, budget, parallel), nnodes, recipe)
         others = {name: plan_for(scheme_spec(spec, SCHEMES[name]), size, devices=world,
                                  micro_batch=micro_batch, recipe=recipe).plan
                   for name in ("paper" if spec.date.rule == "date" else "date", "linear")
@@ -182,8 +184,7 @@ def scale_command(
     rdzv_endpoint: o.RdzvEndpointOpt = None, rdzv_id: o.RdzvIdOpt = "date-engine",
     master_addr: o.MasterAddrOpt = None, master_port: o.MasterPortOpt = None,
     max_restarts: o.RestartsOpt = 0, as_json: o.ScaleJsonOpt = False, probe: o.ProbeOpt = None,
-    budget: o.BudgetOpt = None, parallel: o.ParallelOpt = None,
-    auto_resume: o.AutoResumeOpt = False,
+    budget: o.BudgetOpt = None, parallel: o.ParallelOpt = None, auto: o.AutoResumeOpt = False,
 ) -> None:
     """Train the spec's recipe at BATCH with the DATE plan: one process, several, or nodes."""
     from date_engine.recipes import spec_recipe
@@ -192,8 +193,7 @@ def scale_command(
 
     with user_errors():
         path, spec = _spec(spec_arg, overrides, probe, budget, parallel)
-        size, recipe_ref = parse_size(batch, "--batch"), recipe if recipe is not None \
-            else spec.recipe
+        size, recipe_ref = parse_size(batch, "--batch"), spec.recipe if recipe is None else recipe
         found = spec_recipe(spec, recipe_ref, source=str(path), to_train=True, option=True)
         check_launch(nproc, backend, rdzv_endpoint, master_port)
         from date_engine.train.config import RunConfig
@@ -207,8 +207,8 @@ def scale_command(
         budget_name = "" if spec.date.budget == "same-epochs" else f"-{spec.date.budget}"
         run_dir, resume = run_folder_for(
             output_dir, spec.train.output_dir, f"runs/{found.name}-B{size}{budget_name}",
-            resume or auto_resume, versioned=job.launcher == "none" and nnodes == 1,
-            dry_run=dry_run, auto=auto_resume and not resume)
+            resume or auto, versioned=job.launcher == "none" and nnodes == 1,
+            dry_run=dry_run, auto=auto and not resume)
         config = RunConfig(
             spec=spec.model_dump(mode="json", exclude_none=True), spec_path=str(path),
             recipe=recipe_ref, batch=size, world_size=world, micro_batch=micro_batch,

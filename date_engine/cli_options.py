@@ -205,7 +205,7 @@ BaselineDevicesOpt = Annotated[Optional[int], opt(
 EmitOpt = Annotated[Optional[str], opt(
     "--emit", metavar="|".join(EMIT_TARGETS), help="Print the plan as settings for another "
     "trainer: hf-args (flags of Hugging Face's example scripts), lightning or accelerate (Python "
-    "to paste), json (all of them).")]
+    "to paste), json (all of them); or a Slurm job script that trains it (slurm, slurm-cpu).")]
 
 # ---------------------------------------------------------------------- the other commands' own
 

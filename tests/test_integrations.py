@@ -71,7 +71,10 @@ def test_emit_lightning_and_accelerate_give_code_whose_plan_is_the_printed_one()
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--emit", "deepspeed"], "--emit: must be one of hf-args, lightning, accelerate, json"),
+    (["--emit", "deepspeed"], "--emit: must be one of hf-args, lightning, accelerate, json, "
+                              "slurm, slurm-cpu"),
+    (["--emit", "slurm", "--devices", "4", "--nnodes", "3"], "--devices 4 over --nnodes 3 is not "
+                                                            "a whole number of processes a node"),
     (["--emit", "hf-args", "--devices", "7"], "does not divide evenly over 7 processes"),
     (["--emit", "lightning", "--budget", "ramp"], "--probe"),
 ])
@@ -80,6 +83,34 @@ def test_a_bad_emit_gets_one_sentence_and_exit_2(args, says):
     assert result.exit_code == 2
     assert says in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) <= 2
+
+
+def test_emit_slurm_writes_a_requeueable_job_that_runs_the_plans_date_scale(tmp_path):
+    """The job script: the processes a node, one GPU each (none for slurm-cpu), requeue, output
+    appended, SIGUSR1 before the time limit, and the date scale command of the same plan, which
+    starts or continues its run folder. tests/test_slurm.py submits it to a real Slurm."""
+    args = ["plan", "lenet-digits", "--batch", "512", "--devices", "8", "--nnodes", "2",
+            "--set", "baseline.lr=2e-3", "--micro-batch", "32"]
+    gpu = runner.invoke(app, [*args, "--emit", "slurm"])
+    assert gpu.exit_code == 0, gpu.output
+    lines = gpu.stdout.splitlines()
+    for wanted in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4",
+                   "#SBATCH --gpus-per-node=4", "#SBATCH --requeue", "#SBATCH --open-mode=append",
+                   "#SBATCH --signal=B:USR1@180"):
+        assert wanted in lines, wanted
+    command = shlex.split(lines[-1])
+    assert command[:5] == ["exec", "srun", "python", "-m", "date_engine"]
+    assert command[5:] == ["scale", "lenet-digits", "--batch", "512", "--micro-batch", "32",
+                           "--set", "baseline.lr=2e-3", "-o", "runs/lenet-digits-B512",
+                           "--auto-resume"]
+    cpu = runner.invoke(app, [*args, "--emit", "slurm-cpu"]).stdout
+    assert "--gpus-per-node" not in cpu and cpu.splitlines()[-1] == lines[-1]
+    args = ["plan", "--from", str(tmp_path / "args.json"), "--train-samples", "1000", "--batch",
+            "64", "--emit", "slurm"]
+    (tmp_path / "args.json").write_text(json.dumps({
+        "per_device_train_batch_size": 8, "learning_rate": 1e-3, "max_steps": 100}))
+    mine = runner.invoke(app, args)
+    assert mine.exit_code == 2 and "for your own trainer's script use --emit hf-args" in mine.output
 
 
 def test_a_ramp_cannot_be_emitted():

@@ -31,8 +31,9 @@ ADAPTER_RATIOS = False
 not told (``date=``). Off: inside HF's Trainer they lost to the base optimizer on a GPT-2 and a
 BERT at 8× (docs/integrations.md), as they did on the project's own ViT and BERT studies."""
 
-EMIT_TARGETS = ("hf-args", "lightning", "accelerate", "json")
-"""What ``date plan --emit`` writes."""
+EMIT_TARGETS = ("hf-args", "lightning", "accelerate", "json", "slurm", "slurm-cpu")
+"""What ``date plan --emit`` writes: settings for another trainer, or a job script that trains
+the plan with ``date scale`` (slurm: one GPU a task; slurm-cpu: none)."""
 
 _WHERE = "(docs/integrations.md)"
 CANNOT_EXPRESS = (f"settings alone cannot carry DATE's per-layer ratios or the plan's exact LR "

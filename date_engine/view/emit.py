@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import shlex
+from pathlib import Path
+from typing import Any
 
 from date_engine.errors import DateError
 from date_engine.integrations import (
@@ -16,7 +19,7 @@ from date_engine.integrations import (
 )
 from date_engine.runplan import RunPlan
 
-__all__ = ["emitted", "plan_call", "print_emitted"]
+__all__ = ["emitted", "plan_call", "print_emitted", "scale_args", "slurm_script"]
 
 
 def plan_call(spec: str, run: RunPlan, overrides: list[str], probe: str | None,
@@ -75,18 +78,65 @@ def emitted(target: str, run: RunPlan, call: str) -> str:
                        "plan": run.to_dict()}, indent=2)
 
 
+def scale_args(spec: str, batch: str, micro_batch: int | None, overrides: list[str] | None,
+               probe: Path | None, budget: str | None, parallel: str | None) -> list[str]:
+    """The ``date scale`` arguments that train the plan ``date plan`` was given."""
+    args = [spec, "--batch", batch]
+    for name, value in (("--micro-batch", micro_batch), ("--probe", probe and probe.absolute()),
+                        ("--budget", budget), ("--parallel", parallel)):
+        if value is not None:
+            args += [name, str(value)]
+    for override in overrides or ():
+        args += ["--set", override]
+    return args
+
+
+def slurm_script(run: RunPlan, args: list[str], nodes: int, gpus: bool, name: str) -> str:
+    """An sbatch script that trains ``run`` with ``date scale args`` on ``nodes`` nodes, a task
+    per process (and one GPU each with ``gpus``): requeued on preemption, output appended,
+    SIGUSR1 three minutes before the time limit (srun forwards it: each task checkpoints after
+    its step), and --auto-resume, so that the script runs unchanged when the job is requeued."""
+    world = run.split.world_size
+    if world % nodes:
+        raise DateError(f"--devices {world} over --nnodes {nodes} is not a whole number of "
+                        f"processes a node; give a device count that {nodes} divides.")
+    per_node, run_name = world // nodes, f"{name}-B{run.plan.target_batch}"
+    folder, name = f"runs/{run_name}", f"date-{run_name}"
+    lines = ["#!/bin/bash",
+             f"# date plan {' '.join(map(shlex.quote, args))} --devices {world} --nnodes "
+             f"{nodes} --emit {'slurm' if gpus else 'slurm-cpu'}",
+             f"#SBATCH --job-name={name}", f"#SBATCH --nodes={nodes}",
+             f"#SBATCH --ntasks-per-node={per_node}"]
+    lines += [f"#SBATCH --gpus-per-node={per_node}"] if gpus else []
+    lines += ["#SBATCH --requeue", "#SBATCH --open-mode=append", "#SBATCH --output=%x.out",
+              "#SBATCH --signal=B:USR1@180",
+              "# sbatch passes this shell's environment on: activate the one with date_engine",
+              "export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}",
+              "exec srun python -m date_engine scale " + " ".join(map(shlex.quote, args))
+              + f" -o {folder} --auto-resume"]
+    return "\n".join(lines)
+
+
 def _imports(call: str, names: str) -> str:
     return f"baseline_from_file, {names}" if call.startswith("plan_for(baseline_from_file") \
         else names
 
 
-def print_emitted(target: str, run: RunPlan, call: str) -> None:
+def print_emitted(target: str, run: RunPlan, call: str, job: list[str] | bool, nodes: int,
+                  recipe: Any) -> None:
     """``date plan --emit TARGET``: the settings on stdout, ready to paste; on stderr, in one
-    line, what they cannot carry."""
+    line, what they cannot carry. A job script trains ``date scale job`` on ``nodes`` nodes, a run
+    of ``recipe`` (False: the baseline came from another trainer's configuration)."""
     import sys
 
     if target not in EMIT_TARGETS:
         raise DateError(f"--emit: must be one of {', '.join(EMIT_TARGETS)}; got {target!r}.")
+    if target.startswith("slurm"):
+        if job is False or recipe is None:
+            raise DateError(f"--emit {target} trains the plan with date scale, which needs a spec "
+                            "of a recipe; for your own trainer's script use --emit hf-args.")
+        print(slurm_script(run, job, nodes, gpus=target == "slurm", name=recipe.name))
+        return
     print(emitted(target, run, call))
     if target != "json":
         caveat = hf_caveat(run) if target == "hf-args" else CANNOT_EXPRESS

@@ -1,0 +1,103 @@
+"""The emitted Slurm job script on a real Slurm (tests/slurm.py: Debian's daemons on localhost),
+2 tasks of lenet-digits: it trains the plan as `date scale --nproc 2` does, and a job stopped
+before its end and requeued continues to the same weights."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import torch
+
+from tests.runs import SPEC, final_model, metrics
+from tests.slurm import local_slurm, stop_slurm, wait_for
+
+pytestmark = pytest.mark.slow
+
+RUN = ["--batch", 256, "--set", "baseline.epochs=40", "--set", "baseline.warmup_epochs=0.5",
+       "--set", "train.checkpoint_every=4"]
+"""lenet-digits at batch 256 for 225 steps (long enough to be stopped part way), checkpointing
+every 4."""
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("slurm")
+    env = local_slurm(folder)
+    if isinstance(env, str):
+        pytest.skip(env)
+    yield env
+    stop_slurm(folder)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """`date scale --nproc 2` at one thread a process, as the script's tasks train (threads
+    change the order of a convolution's sums)."""
+    import os
+
+    from tests.runs import date
+
+    out = tmp_path_factory.mktemp("reference") / "run"
+    done = date("scale", SPEC, *RUN, "--nproc", 2, "-o", out,
+                env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def _script(tmp_path, env, *extra) -> str:
+    from tests.runs import date
+
+    emitted = date("plan", SPEC, *RUN, "--devices", 2, *extra, "--emit", "slurm-cpu")
+    assert emitted.returncode == 0, emitted.stderr
+    (tmp_path / "job.sh").write_text(emitted.stdout)
+    return emitted.stdout
+
+
+def _submit(tmp_path, env, *options) -> str:
+    done = subprocess.run(["sbatch", "--parsable", "--chdir", str(tmp_path), *options,
+                           str(tmp_path / "job.sh")], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().split(";")[0]
+
+
+def test_the_emitted_script_trains_the_plan_on_two_tasks(slurm, reference, tmp_path):
+    script = _script(tmp_path, slurm)
+    assert "--auto-resume" in script and "#SBATCH --ntasks-per-node=2" in script
+    job = _submit(tmp_path, slurm)
+    assert wait_for(job, slurm, idle_s=60) == "COMPLETED", (tmp_path / "date-lenet-digits-B256.out"
+                                                            ).read_text()[-3000:]
+    out = tmp_path / "runs" / "lenet-digits-B256"
+    a, b = final_model(reference), final_model(out)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert metrics(out) == metrics(reference)
+
+
+def test_a_job_stopped_by_usr1_and_requeued_ends_where_the_uninterrupted_run_does(
+        slurm, reference, tmp_path):
+    """SIGUSR1 to the job (what --signal=B:USR1@... sends before the time limit; srun forwards
+    it): each task stops after its step with a checkpoint; `scontrol requeue` runs the same
+    script, whose --auto-resume continues the run to the reference's weights."""
+    import time
+
+    from tests.bounds import hang_limit
+
+    _script(tmp_path, slurm)
+    job = _submit(tmp_path, slurm)
+    out = tmp_path / "runs" / "lenet-digits-B256"
+    deadline = time.monotonic() + hang_limit(30)
+    while not list((out / "checkpoints").glob("step-*.pt")):
+        assert time.monotonic() < deadline, "no checkpoint written"
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--signal=USR1", "--full", job], env=slurm, check=True)
+    log = tmp_path / "date-lenet-digits-B256.out"
+    assert wait_for(job, slurm, idle_s=60) != "COMPLETED", log.read_text()[-3000:]
+    stopped = max(int(p.name[5:13]) for p in (out / "checkpoints").glob("step-*.pt"))
+    assert "stopped by SIGUSR1" in log.read_text() and 4 <= stopped < 225
+    subprocess.run(["scontrol", "requeue", job], env=slurm, check=True)
+    # Slurm holds a requeued job back two minutes; the test need not wait them out
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm, check=True)
+    assert wait_for(job, slurm, idle_s=60) == "COMPLETED", log.read_text()[-3000:]
+    assert f"(step {stopped})" in log.read_text()  # resumed from the step it stopped at
+    a, b = final_model(reference), final_model(out)
+    assert all(torch.equal(a[k], b[k]) for k in a)
