@@ -66,13 +66,24 @@ def local_slurm(folder: Path) -> dict[str, str] | str:
 
 
 def stop_slurm(folder: Path) -> None:
+    """Stop the daemons and wait until they are gone (their ports free for the next start)."""
+    pids = []
     for daemon in ("slurmd", "slurmctld"):
         pid = folder / f"{daemon}.pid"
         if pid.exists():
             try:
-                os.kill(int(pid.read_text()), 15)
+                pids.append(int(pid.read_text()))
+                os.kill(pids[-1], 15)
             except (ProcessLookupError, ValueError):
                 pass
+    deadline = time.monotonic() + hang_limit(START_S)
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
 
 
 def wait_for(job: str, env: dict[str, str], idle_s: float) -> str:

@@ -105,6 +105,10 @@ def test_emit_slurm_writes_a_requeueable_job_that_runs_the_plans_date_scale(tmp_
                            "--auto-resume"]
     cpu = runner.invoke(app, [*args, "--emit", "slurm-cpu"]).stdout
     assert "--gpus-per-node" not in cpu and cpu.splitlines()[-1] == lines[-1]
+    # one node: date scale starts its processes itself, so a SIGTERM to the job reaches them
+    one = runner.invoke(app, [*args[:6], *args[8:], "--emit", "slurm-cpu"]).stdout.splitlines()
+    assert "#SBATCH --ntasks-per-node=1" in one and "#SBATCH --cpus-per-task=8" in one
+    assert shlex.split(one[-1]) == ["exec", *command[2:], "--nproc", "8"]
     args = ["plan", "--from", str(tmp_path / "args.json"), "--train-samples", "1000", "--batch",
             "64", "--emit", "slurm"]
     (tmp_path / "args.json").write_text(json.dumps({

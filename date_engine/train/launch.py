@@ -6,10 +6,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from date_engine.machine import choose_threads, threads_per_process
 from date_engine.runfolder import RunFolder
@@ -113,7 +115,7 @@ def _elastic(config: RunConfig, options: LaunchOptions) -> int:
     """The job's workers under torch's elastic agent. The workers' config goes to a file of its
     own (the run folder's record is written by the run, after its checks). Ctrl-C or SIGTERM to
     this process: the agent passes SIGTERM on, every worker finishes its step and checkpoints, and
-    the exit code is 130 / 143."""
+    the exit code is 130 / 143; SIGUSR1 the same (138)."""
     return elastic(config.to_json(), options)
 
 
@@ -128,6 +130,15 @@ def elastic(config_json: str, options: LaunchOptions,
     with tempfile.NamedTemporaryFile("w", prefix="date-launch-", suffix=".json", delete=False) as f:
         f.write(config_json)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads_per_process(options.nproc)))
+
+    def stop(signum: int, frame: Any) -> None:  # as the agent's own SIGTERM: passed on
+        raise SignalException(f"Process {os.getpid()} got signal: {signum}",
+                              sigval=signal.Signals(signum))
+
+    try:  # Slurm's warning before the time limit
+        previous = signal.signal(signal.SIGUSR1, stop)
+    except ValueError:  # not the main thread: left as it is
+        previous = None
     try:
         run(get_args_parser().parse_args(torchrun_arguments(Path(f.name), options, module)))
         return 0
@@ -136,16 +147,18 @@ def elastic(config_json: str, options: LaunchOptions,
     except SignalException as stop:
         return 128 + int(stop.sigval)
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGUSR1, previous)
         Path(f.name).unlink(missing_ok=True)
         sys.stdout.flush()
 
 
 def job_exit_code(codes: list[int]) -> int:
     """The job's exit code from its failed workers' codes, the most telling first: a refused input
-    (2), a non-finite loss (3), a stop by signal (130, 143; a worker killed by signal N reports
+    (2), a non-finite loss (3), a stop by signal (130, 143, 138; a worker killed by signal N reports
     -N), then whatever else."""
     codes = [128 - c if c < 0 else c for c in codes] or [1]
-    for telling in (2, 3, 130, 143):
+    for telling in (2, 3, 130, 143, 138):
         if telling in codes:
             return telling
     return max(codes)

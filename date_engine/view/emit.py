@@ -92,28 +92,31 @@ def scale_args(spec: str, batch: str, micro_batch: int | None, overrides: list[s
 
 
 def slurm_script(run: RunPlan, args: list[str], nodes: int, gpus: bool, name: str) -> str:
-    """An sbatch script that trains ``run`` with ``date scale args`` on ``nodes`` nodes, a task
-    per process (and one GPU each with ``gpus``): requeued on preemption, output appended,
-    SIGUSR1 three minutes before the time limit (srun forwards it: each task checkpoints after
-    its step), and --auto-resume, so that the script runs unchanged when the job is requeued."""
+    """An sbatch script that trains ``run`` with ``date scale args`` on ``nodes`` nodes (one GPU
+    a process with ``gpus``): requeued on preemption, output appended, SIGUSR1 three minutes
+    before the time limit, and --auto-resume, so that it runs unchanged when requeued. On one node
+    ``date scale --nproc`` starts the processes itself, so a SIGTERM to the whole job reaches its
+    workers (each checkpoints after its step); across nodes srun starts a task per process, and
+    forwards SIGUSR1 but answers its own SIGTERM with SIGKILL to them."""
     world = run.split.world_size
     if world % nodes:
         raise DateError(f"--devices {world} over --nnodes {nodes} is not a whole number of "
                         f"processes a node; give a device count that {nodes} divides.")
     per_node, run_name = world // nodes, f"{name}-B{run.plan.target_batch}"
-    folder, name = f"runs/{run_name}", f"date-{run_name}"
+    scale = ("python -m date_engine scale " + " ".join(map(shlex.quote, args))
+             + f" -o runs/{run_name} --auto-resume")
     lines = ["#!/bin/bash",
              f"# date plan {' '.join(map(shlex.quote, args))} --devices {world} --nnodes "
              f"{nodes} --emit {'slurm' if gpus else 'slurm-cpu'}",
-             f"#SBATCH --job-name={name}", f"#SBATCH --nodes={nodes}",
-             f"#SBATCH --ntasks-per-node={per_node}"]
+             f"#SBATCH --job-name=date-{run_name}", f"#SBATCH --nodes={nodes}"]
+    lines += [f"#SBATCH --ntasks-per-node={per_node}"] if nodes > 1 else [
+        "#SBATCH --ntasks-per-node=1", f"#SBATCH --cpus-per-task={per_node}"]
     lines += [f"#SBATCH --gpus-per-node={per_node}"] if gpus else []
     lines += ["#SBATCH --requeue", "#SBATCH --open-mode=append", "#SBATCH --output=%x.out",
               "#SBATCH --signal=B:USR1@180",
-              "# sbatch passes this shell's environment on: activate the one with date_engine",
-              "export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}",
-              "exec srun python -m date_engine scale " + " ".join(map(shlex.quote, args))
-              + f" -o {folder} --auto-resume"]
+              "# sbatch passes this shell's environment on: activate the one with date_engine"]
+    lines += ["export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}", f"exec srun {scale}"] \
+        if nodes > 1 else [f"exec {scale} --nproc {per_node}"]
     return "\n".join(lines)
 
 
