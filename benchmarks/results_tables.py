@@ -472,7 +472,7 @@ def hf_adapter_table() -> str:
 
 GPT_STUDY = "gpt-char"
 GPT_SWEEPS = ("gpt-char-rules", "gpt-char-budgets", "gpt-char-linear", "gpt-char-hold-32x",
-              "gpt-char-hold-64x")
+              "gpt-char-hold-64x", "gpt-char-ramp-32x-64x")
 GPT_LABELS = {"date": "default (its probe: k^0.75)", "paper": "paper (√k)",
               "linear": "linear, constant warmup", "date+hold": "default, hold",
               "date+ramp": "default, ramp"}
