@@ -85,29 +85,18 @@ def test_full_run_writes_its_records(uninterrupted):
 
 
 def test_stopped_and_resumed_run_equals_the_uninterrupted_one(uninterrupted, tmp_path):
-    out = tmp_path / "run"
-    first = date("scale", SPEC, "--batch", 256, *SHORT, "-o", out, "--max-steps", 23)
-    assert first.returncode == 0, first.stderr
-    continue_line = next(x for x in first.stdout.splitlines() if x.startswith("continue with:"))
-    assert continue_line.endswith("--resume") and "--max-steps" not in continue_line
-    second = date("scale", SPEC, "--batch", 256, *SHORT, "-o", out, "--resume")
-    assert second.returncode == 0, second.stderr
-    assert "resuming from" in second.stdout
-    a, b = final_model(uninterrupted), final_model(out)
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    assert metrics(out) == metrics(uninterrupted)
-
-
-def test_auto_resume_starts_a_run_then_continues_it_then_says_it_is_finished(uninterrupted,
-                                                                            tmp_path):
-    """What a requeued job script needs: one command that starts the run where its folder holds
-    no checkpoint, continues it where it does (ending as the uninterrupted run), and exits 0
-    saying the run is finished once it is."""
+    """Stopped at --max-steps, then continued: by --auto-resume (what a requeued job script runs
+    every time: it starts the run where the folder holds no checkpoint, continues it where it
+    does, and exits 0 saying the run is finished once it is), ending as the uninterrupted run.
+    (--resume continues the signalled runs below.)"""
     out = tmp_path / "run"
     command = ("scale", SPEC, "--batch", 256, *SHORT, "-o", out, "--auto-resume")
     first = date(*command, "--max-steps", 23)
     assert first.returncode == 0, first.stderr
     assert f"--auto-resume: no checkpoint in {out} yet; starting the run." in first.stderr
+    continue_line = next(x for x in first.stdout.splitlines() if x.startswith("continue with:"))
+    assert continue_line.endswith("--resume") and "--max-steps" not in continue_line
+    assert "--auto-resume" not in continue_line
     second = date(*command)
     assert second.returncode == 0, second.stderr
     assert "resuming from" in second.stdout and "--auto-resume" not in second.stderr

@@ -14,9 +14,9 @@ from tests.slurm import local_slurm, stop_slurm, wait_for
 
 pytestmark = pytest.mark.slow
 
-RUN = ["--batch", 256, "--set", "baseline.epochs=40", "--set", "baseline.warmup_epochs=0.5",
+RUN = ["--batch", 256, "--set", "baseline.epochs=24", "--set", "baseline.warmup_epochs=0.5",
        "--set", "train.checkpoint_every=4"]
-"""lenet-digits at batch 256 for 225 steps (long enough to be stopped part way), checkpointing
+"""lenet-digits at batch 256 for 135 steps (long enough to be stopped part way), checkpointing
 every 4."""
 
 
@@ -99,7 +99,7 @@ def test_a_signalled_job_requeued_ends_where_the_uninterrupted_run_does(
     assert wait_for(job, slurm, idle_s=60) != "COMPLETED", log.read_text()[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     stopped = max(int(p.name[5:13]) for p in (out / "checkpoints").glob("step-*.pt"))
-    assert summary["stopped_by"] == f"SIG{sig}" and summary["steps"] == stopped < 225
+    assert summary["stopped_by"] == f"SIG{sig}" and summary["steps"] == stopped < 135
     subprocess.run(["scontrol", "requeue", job], env=slurm, check=True)
     # Slurm holds a requeued job back two minutes; the test waits 3 s (a start within the second
     # its credential was revoked in is refused)
