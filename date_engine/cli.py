@@ -110,14 +110,13 @@ def plan_command(
     bench: o.BenchOpt = None, baseline_devices: o.BaselineDevicesOpt = None, link: o.LinkOpt = None,
     emit: o.EmitOpt = None, device_memory: o.DeviceMemoryOpt = None, nnodes: o.NnodesOpt = 1,
     from_config: o.FromOpt = None, train_samples: o.TrainSamplesOpt = None,
+    command: o.CommandOpt = None,
 ) -> None:
     """Show every number DATE derives for BATCH, with its formula, before any training: by
     default the optimizer family's rule (k^p·η0 and the optimizer's batch-dependent settings);
-    --set date.rule=paper for the paper's √k·η0. With --devices, the split over them; with
-    --bench too, the time of a step, of the run and of the baseline, and the speedup. --emit
-    prints the settings for Hugging Face's Trainer, Lightning or accelerate instead, or a Slurm
-    job script (--nnodes) that trains the plan. --from reads the baseline from a Hugging Face or
-    timm run's own configuration."""
+    --set date.rule=paper for the paper's √k·η0. --devices: the split; with --bench, the times
+    and the speedup. --emit: the settings for HF's Trainer, Lightning or accelerate, or a Slurm
+    script or Kubeflow TrainJob that trains the plan. --from: the baseline of a HF or timm run."""
     from date_engine.api import config_spec, forecast_times, memory_fit, plan_for
     from date_engine.recipes import spec_recipe
     from date_engine.sweep.schemes import SCHEMES, scheme_spec
@@ -143,7 +142,8 @@ def plan_command(
             return print_emitted(emit, planned, plan_call(
                 spec_call, planned, list(overrides or ()), probe and str(probe.absolute()), budget),
                 from_config is None and scale_args(str(spec_arg), batch, micro_batch, overrides,
-                                                   probe, budget, parallel), nnodes, recipe)
+                                                   probe, budget, parallel), nnodes, recipe,
+                command, _command_line("plan"))
         others = {name: plan_for(scheme_spec(spec, SCHEMES[name]), size, devices=world,
                                  micro_batch=micro_batch, recipe=recipe).plan
                   for name in ("paper" if spec.date.rule == "date" else "date", "linear")

@@ -205,7 +205,12 @@ BaselineDevicesOpt = Annotated[Optional[int], opt(
 EmitOpt = Annotated[Optional[str], opt(
     "--emit", metavar="|".join(EMIT_TARGETS), help="Print the plan as settings for another "
     "trainer: hf-args (flags of Hugging Face's example scripts), lightning or accelerate (Python "
-    "to paste), json (all of them); or a Slurm job script that trains it (slurm, slurm-cpu).")]
+    "to paste), json (all of them); or a job that trains it: a Slurm script (slurm, slurm-cpu) or "
+    "a Kubeflow TrainJob (k8s, k8s-cpu).")]
+CommandOpt = Annotated[Optional[str], opt(
+    "--command", help="With a job --emit: the job runs this command (your own training script, "
+    "e.g. 'python train.py') under torchrun instead of date scale; with --from a TrainingArguments "
+    "file, the plan's hf-args flags follow it.")]
 
 # ---------------------------------------------------------------------- the other commands' own
 

@@ -4,6 +4,11 @@ TrainingArguments, and DATE's optimizer with the plan's LR curve through DateTra
     pip install -e '.[hf]'
     python examples/hf_trainer.py                                # one process
     torchrun --nproc-per-node 2 examples/hf_trainer.py           # two (gloo on a CPU)
+    torchrun --nproc-per-node 2 examples/hf_trainer.py runs/hf   # resumable, in runs/hf
+
+Given a folder, the run saves a checkpoint there each fifth of its steps and, started again (a
+requeued job, say), continues from the newest one: the plan's LR at every later step, the weights
+of a run never stopped. It writes the trained weights to final.pt.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import sys
 import tempfile
 
 import torch
+from transformers.trainer_utils import get_last_checkpoint
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _digits beside this file
 from _digits import MLP, digits, plan
@@ -20,18 +26,24 @@ from _digits import MLP, digits, plan
 from date_engine.integrations.hf import DateTrainer, training_arguments
 
 
-def main() -> float:
+def main(folder: str | None = None) -> float:
     run = plan(devices=int(os.environ.get("WORLD_SIZE", "1")))
     x, y, x_eval, y_eval = digits()
     train = [{"x": a, "labels": b} for a, b in zip(x, y)]
-    with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as scratch:
+        out = folder or scratch
         args = training_arguments(run, output_dir=out, use_cpu=True, report_to="none",
-                                  save_strategy="no", logging_steps=8, disable_tqdm=True,
-                                  ddp_find_unused_parameters=False,
+                                  save_strategy="steps" if folder else "no",
+                                  save_steps=run.last_step // 5, logging_steps=8,
+                                  disable_tqdm=True, ddp_find_unused_parameters=False,
                                   seed=0, data_seed=0)
         trainer = DateTrainer(model=MLP(), args=args, train_dataset=train, plan=run)
-        trainer.train()
+        # HF's own checkpoint: weights, optimizer, the plan's step, RNG and the data's position
+        resume = folder and os.path.isdir(folder) and get_last_checkpoint(folder)
+        trainer.train(resume_from_checkpoint=resume or None)
     model = trainer.model
+    if folder and trainer.is_world_process_zero():
+        torch.save(model.state_dict(), os.path.join(folder, "final.pt"))
     with torch.no_grad():
         accuracy = (model(x_eval).argmax(1) == y_eval).float().mean().item()
     if int(os.environ.get("RANK", "0")) == 0:
@@ -41,4 +53,4 @@ def main() -> float:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1] if len(sys.argv) > 1 else None)

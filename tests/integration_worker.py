@@ -1,6 +1,11 @@
 """A torchrun worker for tests/test_integrations.py: runs one of the examples (hf_trainer,
-lightning_trainer, accelerate_loop) unchanged, watching every optimizer step through torch's
-global hooks, and writes what it saw (rank 0) to the JSON file named by argv[2].
+lightning_trainer, accelerate_loop) unchanged into ``OUT/whole``, watching every optimizer step
+through torch's global hooks, and writes what it saw (rank 0) to ``OUT/watched.json``. Then it
+copies one checkpoint that run saved part way alone into ``OUT/resumed`` (as a stopped run would
+have left it) and starts the example again there, as a requeued job would: rank 0 writes the LR
+of every step the resumed run took to ``OUT/resumed/lrs.json``; both runs write final.pt.
+
+    torchrun --nproc-per-node 2 tests/integration_worker.py EXAMPLE OUT
 
 Per optimizer step of the optimizer the tool built (DATE over AdamW, or AdamW alone where the
 adapter trains without DATE's ratios, its default): the LR, betas, eps and weight decay its group
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -105,21 +111,47 @@ class Watch:
                            "rounding": noise, "date": dated})
 
 
-def main(example: str, out: str) -> None:
+SAVED = {"hf_trainer": ("checkpoint-18", "checkpoint-18"),
+         "lightning_trainer": ("epoch=1-step=16.ckpt", "last.ckpt"),
+         "accelerate_loop": ("step-000018", "step-000018")}
+"""Each example's checkpoint part way (mid-epoch where the tool resumes there), and the name the
+example looks for when it starts again."""
+
+
+def main(example: str, out: Path) -> None:
     sys.path.insert(0, str(EXAMPLES))
     module = importlib.import_module(example)
     shared = importlib.import_module("_digits")
     watch = Watch(shared.MLP)
-    register_module_forward_hook(watch.forward, with_kwargs=True)
-    register_optimizer_step_pre_hook(watch.pre)
-    register_optimizer_step_post_hook(watch.post)
-    accuracy = module.main()
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    if rank == 0:
-        world = dist.get_world_size() if dist.is_initialized() else 1
-        Path(out).write_text(json.dumps({"world": world, "accuracy": accuracy,
-                                         "steps": watch.steps}))
+    hooks = [register_module_forward_hook(watch.forward, with_kwargs=True),
+             register_optimizer_step_pre_hook(watch.pre),
+             register_optimizer_step_post_hook(watch.post)]
+    accuracy = module.main(str(out / "whole"))
+    for hook in hooks:
+        hook.remove()
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    if dist.get_rank() == 0:
+        (out / "watched.json").write_text(json.dumps({
+            "world": dist.get_world_size(), "accuracy": accuracy, "steps": watch.steps}))
+        (out / "resumed").mkdir()
+        source, name = SAVED[example]
+        copy = shutil.copytree if (out / "whole" / source).is_dir() else shutil.copyfile
+        copy(out / "whole" / source, out / "resumed" / name)
+    dist.barrier()
+    lrs, stepping = [], []  # the optimizers stepping now: DATE steps the AdamW it wraps
+
+    def pre(optimizer, args, kwargs):
+        if isinstance(optimizer, (DATE, torch.optim.AdamW)) and not stepping:
+            lrs.append(optimizer.param_groups[0]["lr"])
+        stepping.append(optimizer)
+
+    hooks = [register_optimizer_step_pre_hook(pre),
+             register_optimizer_step_post_hook(lambda *_: stepping.pop())]
+    module.main(str(out / "resumed"))
+    if dist.get_rank() == 0:
+        (out / "resumed" / "lrs.json").write_text(json.dumps(lrs))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], Path(sys.argv[2]))

@@ -8,14 +8,17 @@ import dataclasses
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from typer.testing import CliRunner
 
-from date_engine import DateError, plan_for
+from date_engine import DateError, baseline_from_file, plan_for
 from date_engine.cli import app
 from tests.bounds import close_within, float64_formula, hang_limit
 from tests.conftest import ROOT
@@ -72,7 +75,11 @@ def test_emit_lightning_and_accelerate_give_code_whose_plan_is_the_printed_one()
 
 @pytest.mark.parametrize("args, says", [
     (["--emit", "deepspeed"], "--emit: must be one of hf-args, lightning, accelerate, json, "
-                              "slurm, slurm-cpu"),
+                              "slurm, slurm-cpu, k8s, k8s-cpu"),
+    (["--emit", "k8s", "--devices", "8", "--nnodes", "3"], "--devices 8 over --nnodes 3 is not "),
+    (["--emit", "hf-args", "--command", "python train.py"], "--command goes with a job: --emit "
+                                                           "slurm or slurm-cpu or k8s or k8s-cpu"),
+    (["--emit", "slurm", "--command", " "], "--command is empty"),
     (["--emit", "slurm", "--devices", "4", "--nnodes", "3"], "--devices 4 over --nnodes 3 is not "
                                                             "a whole number of processes a node"),
     (["--emit", "hf-args", "--devices", "7"], "does not divide evenly over 7 processes"),
@@ -88,7 +95,7 @@ def test_a_bad_emit_gets_one_sentence_and_exit_2(args, says):
 def test_emit_slurm_writes_a_requeueable_job_that_runs_the_plans_date_scale(tmp_path):
     """The job script: the processes a node, one GPU each (none for slurm-cpu), requeue, output
     appended, SIGUSR1 before the time limit, and the date scale command of the same plan, which
-    starts or continues its run folder. tests/test_slurm.py submits it to a real Slurm."""
+    starts or continues its run folder. tests/test_jobs.py submits it to a real Slurm."""
     args = ["plan", "lenet-digits", "--batch", "512", "--devices", "8", "--nnodes", "2",
             "--set", "baseline.lr=2e-3", "--micro-batch", "32"]
     gpu = runner.invoke(app, [*args, "--emit", "slurm"])
@@ -114,7 +121,89 @@ def test_emit_slurm_writes_a_requeueable_job_that_runs_the_plans_date_scale(tmp_
     (tmp_path / "args.json").write_text(json.dumps({
         "per_device_train_batch_size": 8, "learning_rate": 1e-3, "max_steps": 100}))
     mine = runner.invoke(app, args)
-    assert mine.exit_code == 2 and "for your own trainer's script use --emit hf-args" in mine.output
+    assert mine.exit_code == 2 and "add --command 'python train.py'" in mine.output
+
+
+def test_a_command_runs_under_torchrun_with_the_hf_flags_of_a_from_baseline(tmp_path):
+    """--command: the user's script under torchrun, one a node (its processes there), the
+    rendezvous at the job's first node; with --from a TrainingArguments file, the plan's
+    --emit hf-args flags follow it, parsed back by HF's own parser to the plan's values."""
+    transformers = pytest.importorskip("transformers")
+    (tmp_path / "args.json").write_text(json.dumps({
+        "per_device_train_batch_size": 8, "learning_rate": 1e-3, "max_steps": 100}))
+    base = ["plan", "--from", str(tmp_path / "args.json"), "--train-samples", "1000",
+            "--batch", "64", "--devices", "4"]
+    one = runner.invoke(app, [*base, "--emit", "slurm-cpu", "--command", "python train.py -v"])
+    assert one.exit_code == 0, one.output
+    lines = one.stdout.splitlines()
+    assert "#SBATCH --signal=B:TERM@180" in lines and "#SBATCH --cpus-per-task=4" in lines
+    command = shlex.split(lines[-1])
+    assert command[:6] == ["exec", "torchrun", "--standalone", "--nproc-per-node", "4",
+                           "train.py"] and command[6] == "-v"
+    flags = shlex.split(" ".join(runner.invoke(app, [*base, "--emit", "hf-args"]).stdout.split(
+        "\\\n")))
+    assert command[7:] == flags
+    parser = transformers.HfArgumentParser(transformers.TrainingArguments)
+    parsed, = parser.parse_args_into_dataclasses(["--output_dir", str(tmp_path), *flags])
+    run = plan_for(baseline_from_file(tmp_path / "args.json", 1000), 64, devices=4)
+    assert parsed.learning_rate == run.plan.peak_lr and parsed.max_steps == run.last_step
+    two = runner.invoke(app, [*base, "--nnodes", "2", "--emit", "slurm", "--command",
+                              "python -m my.train"]).stdout.splitlines()
+    assert "#SBATCH --ntasks-per-node=1" in two and "#SBATCH --gpus-per-node=2" in two
+    assert "#SBATCH --signal=TERM@180" in two  # srun would answer its own TERM with SIGKILL
+    assert shlex.split(two[-1])[:12] == [
+        "exec", "srun", "torchrun", "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend",
+        "c10d", "--rdzv-endpoint", "$head:29500", "--rdzv-id"] and "-m my.train --" in two[-1]
+    # a recipe's spec: the command as given (its script calls plan_for itself)
+    mine = runner.invoke(app, ["plan", "lenet-digits", "--batch", "512", "--devices", "2",
+                               "--emit", "k8s", "--command", "python train.py"])
+    assert yaml.safe_load(mine.stdout)["spec"]["trainer"]["command"] == ["torchrun", "train.py"]
+
+
+def _strict(schema):
+    """The schema as `kubectl apply --validate=strict` reads it: an object's unknown fields are
+    errors, where the schema lists its fields and does not keep unknown ones."""
+    if isinstance(schema, list):
+        return [_strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict(v) for k, v in schema.items()}
+    if "properties" in out and "additionalProperties" not in out and not out.get(
+            "x-kubernetes-preserve-unknown-fields"):
+        out["additionalProperties"] = False
+    return out
+
+
+TRAINJOB_SCHEMA = Path(__file__).parent / "data" / "trainjob.schema.json"
+"""Kubeflow Trainer's TrainJob CRD schema (its source is in the file's $comment)."""
+
+
+@pytest.mark.parametrize("target, nodes, devices", [("k8s", 4, 32), ("k8s-cpu", 1, 2)])
+def test_emit_k8s_is_a_trainjob_the_published_schema_accepts(target, nodes, devices):
+    """The TrainJob validates against the CRD's schema, strictly (a misspelt field fails: the
+    check can fail); it runs date scale of the same plan under the runtime's torchrun, one GPU (or
+    CPUs) a process, a grace time for the checkpoint and a volume for the run folder."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = _strict(json.loads(TRAINJOB_SCHEMA.read_text()))
+    done = runner.invoke(app, ["plan", "lenet-digits", "--batch", "512", "--devices", devices,
+                               "--nnodes", nodes, "--micro-batch", "16", "--emit", target])
+    assert done.exit_code == 0, done.output
+    manifest = yaml.safe_load(done.stdout)
+    jsonschema.validate(manifest, schema)
+    trainer = manifest["spec"]["trainer"]
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (nodes, devices // nodes)
+    resource = "nvidia.com/gpu" if target == "k8s" else "cpu"
+    assert trainer["resourcesPerNode"]["limits"] == {resource: devices // nodes}
+    assert trainer["command"] == ["torchrun", "-m", "date_engine", "scale", "lenet-digits",
+                                  "--batch", "512", "--micro-batch", "16", "-o",
+                                  "/runs/lenet-digits-B512", "--auto-resume"]
+    pod = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"][
+        "replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 180
+    assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == "/runs"
+    trainer["numProcsPerNode"] = trainer.pop("numProcPerNode")
+    with pytest.raises(jsonschema.ValidationError, match="numProcsPerNode"):
+        jsonschema.validate(manifest, schema)
 
 
 def test_a_ramp_cannot_be_emitted():
@@ -234,8 +323,20 @@ def test_the_api_builds_the_plans_optimizer_and_schedule():
 # ---------------------------------------------------------------- each tool, 2 processes, real
 
 
-def _watched(example: str, tmp_path) -> dict:
-    out = tmp_path / f"{example}.json"
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory):
+    """example → its folder from tests/integration_worker.py (one torchrun an example, shared by
+    the tests of the module)."""
+    done = {}
+
+    def worked(example: str) -> Path:
+        if example not in done:
+            done[example] = _work(example, tmp_path_factory.mktemp(example))
+        return done[example]
+    return worked
+
+
+def _work(example: str, out: Path) -> Path:
     # One retry: a clean-clone CI run once saw the Lightning launch exit 1 among concurrent tests,
     # and it has not failed since in 9 tries, alone or four at once; a regression fails twice, and
     # the workers' output is shown.
@@ -243,27 +344,29 @@ def _watched(example: str, tmp_path) -> dict:
         done = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
              "2", str(ROOT / "tests" / "integration_worker.py"), example, str(out)],
-            cwd=ROOT, capture_output=True, text=True, timeout=hang_limit(12),
+            cwd=ROOT, capture_output=True, text=True, timeout=hang_limit(20),
             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
         if done.returncode == 0:
             break
         print(f"attempt {attempt} failed:\n{done.stderr[-4000:]}")
+        shutil.rmtree(out)
+        out.mkdir()
     assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(out.read_text())
+    return out
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("example, package", [("hf_trainer", "transformers"),
                                               ("lightning_trainer", "lightning"),
                                               ("accelerate_loop", "accelerate")])
-def test_each_tool_trains_the_plan_step_by_step_on_two_processes(example, package, tmp_path):
+def test_each_tool_trains_the_plan_step_by_step_on_two_processes(example, package, two_processes):
     """Every optimizer step: the LR the optimizer used is plan.lr(step); β2, ε and λ are the
     plan's; the samples all processes saw are the plan's batch; the first layer's update is the
     base optimizer's times DATE's ratio, computed by hand (tests/integration_worker.py). HF's
     Trainer and Lightning train the base alone (the adapters' default, ratio 1); the accelerate
     loop, through optimizer_for, DATE over it."""
     pytest.importorskip(package)
-    seen = _watched(example, tmp_path)
+    seen = json.loads((two_processes(example) / "watched.json").read_text())
     plan, split = _digits.plan(devices=2)
     steps = seen["steps"]
     assert seen["world"] == 2 and split.accumulation_steps == 2
@@ -391,3 +494,27 @@ def test_a_date_trainer_run_resumed_from_its_own_checkpoint_ends_where_the_whole
     assert resumed.optimizer.param_groups[0]["lr"] == run.plan.lr(run.last_step + 1)
     for name, value in whole.model.state_dict().items():
         assert torch.equal(value, resumed.model.state_dict()[name]), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example, package, resumed_at", [
+    ("hf_trainer", "transformers", 18), ("lightning_trainer", "lightning", 16),
+    ("accelerate_loop", "accelerate", 18)])
+def test_each_tool_resumes_its_own_checkpoint_to_the_uninterrupted_runs_weights(
+        example, package, resumed_at, two_processes):
+    """On 2 processes, each example started again over a folder that holds one checkpoint of
+    step s (HF's Trainer: resume_from_checkpoint, mid-epoch; Lightning: fit(ckpt_path=), at an
+    epoch's last step; accelerate: load_state and skip_first_batches, mid-epoch) steps at
+    plan.lr(s + 1), ... to the last step, and ends with the weights of the run never stopped, bit
+    for bit (tests/integration_worker.py)."""
+    pytest.importorskip(package)
+    tmp_path = two_processes(example)
+    run = _digits.plan(devices=2)
+    lrs = json.loads((tmp_path / "resumed" / "lrs.json").read_text())
+    wanted = [run.plan.lr(s) for s in range(resumed_at + 1, run.last_step + 1)]
+    assert lrs == pytest.approx(wanted, rel=float64_formula(2))  # LambdaLR: plan.lr × η0 / η0
+    whole = torch.load(tmp_path / "whole" / "final.pt")
+    resumed = torch.load(tmp_path / "resumed" / "final.pt")
+    assert whole.keys() == resumed.keys()
+    for name, value in whole.items():
+        assert torch.equal(value, resumed[name]), name

@@ -22,18 +22,21 @@ from typing import Any
 from date_engine.errors import DateError
 from date_engine.runplan import RunPlan
 
-__all__ = ["ADAPTER_RATIOS", "CANNOT_EXPRESS", "EMIT_TARGETS", "hf_arguments", "hf_caveat",
-           "hf_flags", "hf_optim", "hf_schedule", "lightning_settings", "mismatches", "require",
-           "split_settings"]
+__all__ = ["ADAPTER_RATIOS", "CANNOT_EXPRESS", "EMIT_TARGETS", "JOB_TARGETS", "hf_arguments",
+           "hf_caveat", "hf_flags", "hf_optim", "hf_schedule", "lightning_settings", "mismatches",
+           "require", "split_settings"]
 
 ADAPTER_RATIOS = False
 """Whether ``DateTrainer`` and Lightning's ``optimizers_for`` apply DATE's per-layer ratios when
 not told (``date=``). Off: inside HF's Trainer they lost to the base optimizer on a GPT-2 and a
 BERT at 8× (docs/integrations.md), as they did on the project's own ViT and BERT studies."""
 
-EMIT_TARGETS = ("hf-args", "lightning", "accelerate", "json", "slurm", "slurm-cpu")
-"""What ``date plan --emit`` writes: settings for another trainer, or a job script that trains
-the plan with ``date scale`` (slurm: one GPU a task; slurm-cpu: none)."""
+JOB_TARGETS = ("slurm", "slurm-cpu", "k8s", "k8s-cpu")
+"""The ``--emit`` targets that write a job (a Slurm script, a Kubeflow TrainJob) that trains the
+plan with ``date scale`` or the user's ``--command`` (slurm, k8s: one GPU a process; -cpu: none)."""
+
+EMIT_TARGETS = ("hf-args", "lightning", "accelerate", "json", *JOB_TARGETS)
+"""What ``date plan --emit`` writes: settings for another trainer, or a job."""
 
 _WHERE = "(docs/integrations.md)"
 CANNOT_EXPRESS = (f"settings alone cannot carry DATE's per-layer ratios or the plan's exact LR "

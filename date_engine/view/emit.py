@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ from date_engine.errors import DateError
 from date_engine.integrations import (
     CANNOT_EXPRESS,
     EMIT_TARGETS,
+    JOB_TARGETS,
     hf_arguments,
     hf_caveat,
     hf_flags,
@@ -19,7 +19,7 @@ from date_engine.integrations import (
 )
 from date_engine.runplan import RunPlan
 
-__all__ = ["emitted", "plan_call", "print_emitted", "scale_args", "slurm_script"]
+__all__ = ["emitted", "plan_call", "print_emitted", "scale_args"]
 
 
 def plan_call(spec: str, run: RunPlan, overrides: list[str], probe: str | None,
@@ -91,55 +91,33 @@ def scale_args(spec: str, batch: str, micro_batch: int | None, overrides: list[s
     return args
 
 
-def slurm_script(run: RunPlan, args: list[str], nodes: int, gpus: bool, name: str) -> str:
-    """An sbatch script that trains ``run`` with ``date scale args`` on ``nodes`` nodes (one GPU
-    a process with ``gpus``): requeued on preemption, output appended, SIGUSR1 three minutes
-    before the time limit, and --auto-resume, so that it runs unchanged when requeued. On one node
-    ``date scale --nproc`` starts the processes itself, so a SIGTERM to the whole job reaches its
-    workers (each checkpoints after its step); across nodes srun starts a task per process, and
-    forwards SIGUSR1 but answers its own SIGTERM with SIGKILL to them."""
-    world = run.split.world_size
-    if world % nodes:
-        raise DateError(f"--devices {world} over --nnodes {nodes} is not a whole number of "
-                        f"processes a node; give a device count that {nodes} divides.")
-    per_node, run_name = world // nodes, f"{name}-B{run.plan.target_batch}"
-    scale = ("python -m date_engine scale " + " ".join(map(shlex.quote, args))
-             + f" -o runs/{run_name} --auto-resume")
-    lines = ["#!/bin/bash",
-             f"# date plan {' '.join(map(shlex.quote, args))} --devices {world} --nnodes "
-             f"{nodes} --emit {'slurm' if gpus else 'slurm-cpu'}",
-             f"#SBATCH --job-name=date-{run_name}", f"#SBATCH --nodes={nodes}"]
-    lines += [f"#SBATCH --ntasks-per-node={per_node}"] if nodes > 1 else [
-        "#SBATCH --ntasks-per-node=1", f"#SBATCH --cpus-per-task={per_node}"]
-    lines += [f"#SBATCH --gpus-per-node={per_node}"] if gpus else []
-    lines += ["#SBATCH --requeue", "#SBATCH --open-mode=append", "#SBATCH --output=%x.out",
-              "#SBATCH --signal=B:USR1@180",
-              "# sbatch passes this shell's environment on: activate the one with date_engine"]
-    lines += ["export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}", f"exec srun {scale}"] \
-        if nodes > 1 else [f"exec {scale} --nproc {per_node}"]
-    return "\n".join(lines)
-
-
 def _imports(call: str, names: str) -> str:
     return f"baseline_from_file, {names}" if call.startswith("plan_for(baseline_from_file") \
         else names
 
 
 def print_emitted(target: str, run: RunPlan, call: str, job: list[str] | bool, nodes: int,
-                  recipe: Any) -> None:
+                  recipe: Any, command: str | None = None, typed: str = "") -> None:
     """``date plan --emit TARGET``: the settings on stdout, ready to paste; on stderr, in one
-    line, what they cannot carry. A job script trains ``date scale job`` on ``nodes`` nodes, a run
-    of ``recipe`` (False: the baseline came from another trainer's configuration)."""
+    line, what they cannot carry. A job (slurm, k8s) trains ``date scale job`` on ``nodes`` nodes,
+    a run of ``recipe`` (``job`` False: the baseline came from another trainer's configuration,
+    whose script ``command`` runs, followed by the hf-args flags); ``typed`` is the command line
+    that asked for it."""
     import sys
 
     if target not in EMIT_TARGETS:
         raise DateError(f"--emit: must be one of {', '.join(EMIT_TARGETS)}; got {target!r}.")
-    if target.startswith("slurm"):
-        if job is False or recipe is None:
-            raise DateError(f"--emit {target} trains the plan with date scale, which needs a spec "
-                            "of a recipe; for your own trainer's script use --emit hf-args.")
-        print(slurm_script(run, job, nodes, gpus=target == "slurm", name=recipe.name))
+    if target in JOB_TARGETS:
+        from date_engine.view.jobs import job_for, k8s_manifest, slurm_script
+
+        flags = hf_flags(run) if command is not None and job is False else []
+        scale = job if job and recipe is not None else None
+        planned = job_for(run, target, nodes, typed or f"date plan --emit {target}",
+                          recipe.name if recipe is not None else "run", scale, command, flags)
+        print((slurm_script if target.startswith("slurm") else k8s_manifest)(planned))
         return
+    if command is not None:
+        raise DateError(f"--command goes with a job: --emit {' or '.join(JOB_TARGETS)}.")
     print(emitted(target, run, call))
     if target != "json":
         caveat = hf_caveat(run) if target == "hf-args" else CANNOT_EXPRESS
