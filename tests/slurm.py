@@ -44,6 +44,8 @@ def local_slurm(folder: Path) -> dict[str, str] | str:
         f"SlurmdLogFile={folder}/log/slurmd.log", "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none", "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
         "ReturnToService=2", "MpiDefault=none", "KillWait=30", "SlurmctldPort=16817",
+        # a requeued job starts within 2 s of its begin time (default: the next 60 s pass)
+        "SchedulerParameters=sched_interval=2",
         "SlurmdPort=16818", f"NodeName={host} CPUs={cpus} State=UNKNOWN",
         f"PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP "
         "OverSubscribe=YES", ""]))

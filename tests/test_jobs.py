@@ -28,7 +28,11 @@ def slurm(tmp_path_factory):
     env = local_slurm(folder)
     if isinstance(env, str):
         pytest.skip(env)
-    yield env
+    # sbatch passes this environment on: this Python's own bin first (python, torchrun)
+    import os
+    import sys
+
+    yield {**env, "PATH": f"{os.path.dirname(sys.executable)}:{env['PATH']}"}
     stop_slurm(folder)
 
 
@@ -64,8 +68,9 @@ def _submit(tmp_path, env, *options) -> str:
     return done.stdout.strip().split(";")[0]
 
 
-def _checkpoint_after(out, step: int, limit_s: float = 30) -> None:
-    """Wait for a checkpoint of a step after ``step``."""
+def _checkpoint_after(out, step: int, running=lambda: True, limit_s: float = 30) -> None:
+    """Wait for a checkpoint of a step after ``step`` while ``running()`` is True (else it
+    says why not)."""
     import time
 
     from tests.bounds import hang_limit
@@ -73,7 +78,15 @@ def _checkpoint_after(out, step: int, limit_s: float = 30) -> None:
     deadline = time.monotonic() + hang_limit(limit_s)
     while not [p for p in (out / "checkpoints").glob("step-*.pt") if int(p.name[5:13]) > step]:
         assert time.monotonic() < deadline, f"no checkpoint after step {step}"
+        state = running()
+        assert state is True, f"the run ended with no checkpoint after step {step}: {state}"
         time.sleep(0.2)
+
+
+def _queued(job: str, env) -> bool:
+    """Whether ``job`` is still waiting or running."""
+    return bool(subprocess.run(["squeue", "-h", "-j", job], env=env, capture_output=True,
+                               text=True).stdout.strip())
 
 
 def _requeue(job: str, env) -> None:
@@ -149,7 +162,7 @@ def test_a_job_stopped_and_requeued_each_way_ends_where_the_uninterrupted_run_do
     out, log = tmp_path / "runs" / "lenet-digits-B256", tmp_path / "date-lenet-digits-B256.out"
     stopped = 0
     for sig, whom in STOPS:
-        _checkpoint_after(out, stopped)
+        _checkpoint_after(out, stopped, lambda: _queued(job, slurm) or log.read_text()[-3000:])
         _stop(job, sig, whom, slurm)
         assert wait_for(job, slurm, idle_s=60) != "COMPLETED", (sig, log.read_text()[-3000:])
         stopped = _stopped_where_it_says(out, sig, stopped)
@@ -216,7 +229,7 @@ def test_the_trainjobs_command_stopped_and_restarted_ends_where_the_uninterrupte
     pod = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     run = out / "lenet-digits-B256"
-    _checkpoint_after(run, 0)
+    _checkpoint_after(run, 0, lambda: pod.poll() is None or "torchrun exited")
     pod.send_signal(signal.SIGTERM)
     log = pod.communicate(timeout=hang_limit(30))[0]
     assert pod.returncode != 0, log[-3000:]

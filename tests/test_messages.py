@@ -56,11 +56,12 @@ def test_a_new_users_walk_reads_in_short_messages(tmp_path):
                 cwd=tmp_path)
     outputs["too large"] = _date("plan", SPEC, "--batch", 1024, cwd=tmp_path, code=2)
     outputs["plan no probe"] = _date("plan", SPEC, "--batch", 256, "--compare", cwd=tmp_path)
-    outputs["scale"] = _date("scale", SPEC, "--batch", 256, "-o", "run", cwd=tmp_path)
+    outputs["scale"] = _date("scale", SPEC, "--batch", 256, "--set", "baseline.epochs=20", "-o",
+                             "run", cwd=tmp_path)
     outputs["dry run"] = _date("scale", SPEC, "--batch", 512, "--probe", probe, "--budget", "ramp",
                                "--dry-run", cwd=tmp_path)
     outputs["sweep"] = _date("sweep", SPEC, "--batches", 64, "--schemes", "date,paper",
-                             "--repeats", 2, "--jobs", 2, "--set", "baseline.epochs=10",
+                             "--repeats", 2, "--jobs", 2, "--set", "baseline.epochs=5",
                              "-o", "sweep", cwd=tmp_path)
     assert "How sure:" in outputs["plan 256 same-epochs"]
     bad = {name: long_or_naming(text) for name, text in outputs.items()}
