@@ -524,7 +524,26 @@ def gpt_probe_table() -> str:
     return "\n".join(lines)
 
 
+HF_WAYS = {"hf": "HF's `Trainer`, its default optimizer", "date-base":
+           "`DateTrainer(date=False)`", "date": "`DateTrainer(date=True)`",
+           "hand": "a hand-written loop, fused AdamW"}
+
+
+def hf_overhead_table() -> str:
+    """Per step, a GPT-2 and a BERT through HF's Trainer, DateTrainer and a hand loop
+    (docs/results/bench/hf_overhead.json, from ``python -m benchmarks.hf_overhead``)."""
+    document = json.loads((RESULTS / "bench" / "hf_overhead.json").read_text())
+    lines = ["| model | way | ms a step | × HF's Trainer | peak memory, MiB |",
+             "|---|---|---:|---:|---:|"]
+    for row in document["rows"]:
+        name = {"gpt2": "GPT-2", "bert": "BERT"}[row["model"]]
+        lines.append(f"| {name}, {row['parameters'] / 1e6:.1f} M | {HF_WAYS[row['way']]} | "
+                     f"{row['step_ms']:.0f} | {row['vs_hf']:.3f} | {row['peak_rss_mib']:.0f} |")
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "hf-overhead": hf_overhead_table,
     "gpt-char": gpt_char_table,
     "gpt-probe": gpt_probe_table,
     "schedule-shape": shape_table,
@@ -544,7 +563,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "other-baselines": holdout.other_baselines_table,
 }
 
-FILES = ("README.md", "docs/results.md", "docs/noise.md", "docs/integrations.md")
+FILES = ("README.md", "docs/results.md", "docs/noise.md", "docs/integrations.md",
+         "docs/performance.md")
 _BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 
 
