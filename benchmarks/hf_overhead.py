@@ -7,11 +7,11 @@ GPT-2 (causal LM) and a BERT (masked LM), ~10 M parameters each, one thread.
     OMP_NUM_THREADS=1 python -m benchmarks.hf_overhead [--steps 40] [--repeats 3]
         [--out docs/results/bench/hf_overhead.json]
 
-Every (model, way) runs in a fresh process, the ways in turn, ``--repeats`` rounds, so that a
-slow moment of a noisy machine hits all of them; each process times every optimizer step after
-the first ``WARMUP`` (from one step's end to the next: data, forward, backward, clipping, the
-optimizer and the scheduler) and the optimizer's step alone, and reports their medians and its
-peak resident memory. The plan is
+Every (model, way) runs in a fresh process, the ways in turn (each round starting at another),
+``--repeats`` rounds, so that a slow moment of a noisy machine hits all of them; each process
+times every optimizer step after the first ``WARMUP`` (from one step's end to the next: data,
+forward, backward, clipping, the optimizer and the scheduler) and the optimizer's step alone, and
+reports their medians and its peak resident memory. The plan is
 the baseline's own (batch 8 to batch 8, k = 1): every way trains the same schedule. The result
 per (model, way): the median over rounds of the median step, and its ratio to the plain Trainer
 in the same round.
@@ -181,7 +181,7 @@ def main() -> None:
     for r in range(a.repeats):
         for model_name in MODELS:
             row = {}
-            for way in WAYS:
+            for way in WAYS[r % len(WAYS):] + WAYS[:r % len(WAYS)]:  # each round another first
                 done = subprocess.run([sys.executable, "-m", "benchmarks.hf_overhead", "--one",
                                        model_name, way, "--steps", str(a.steps)],
                                       capture_output=True, text=True, check=True,
