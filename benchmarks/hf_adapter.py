@@ -84,17 +84,20 @@ class MaskedBlocks(CausalBlocks):
                 "labels": block.masked_fill(~masked, -100)}
 
 
-def model_for(kind: str, vocab: int, seed: int) -> torch.nn.Module:
+def model_for(kind: str, vocab: int, seed: int, width: int = 128, layers: int = 4,
+              heads: int = 4, block: int = BLOCK) -> torch.nn.Module:
+    """A GPT-2 (``kind`` "gpt2") or BERT from its config, seeded: ``layers`` blocks of ``width``
+    (BERT's feed-forward 4 × ``width``), ``heads`` heads, ``block`` positions."""
     import transformers
 
     torch.manual_seed(seed)
     if kind == "gpt2":
-        config = transformers.GPT2Config(vocab_size=vocab, n_positions=BLOCK, n_embd=128,
-                                         n_layer=4, n_head=4)
+        config = transformers.GPT2Config(vocab_size=vocab, n_positions=block, n_embd=width,
+                                         n_layer=layers, n_head=heads)
         return transformers.GPT2LMHeadModel(config)
-    config = transformers.BertConfig(vocab_size=vocab, hidden_size=128, num_hidden_layers=4,
-                                     num_attention_heads=4, intermediate_size=512,
-                                     max_position_embeddings=BLOCK)
+    config = transformers.BertConfig(vocab_size=vocab, hidden_size=width,
+                                     num_hidden_layers=layers, num_attention_heads=heads,
+                                     intermediate_size=4 * width, max_position_embeddings=block)
     return transformers.BertForMaskedLM(config)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import statistics
@@ -39,17 +40,9 @@ MODELS = ("gpt2", "bert")
 
 def model_for(name: str):
     """A ~10 M-parameter GPT-2 or BERT from its config (no download), seeded."""
-    import transformers
+    from benchmarks.hf_adapter import model_for as built
 
-    torch.manual_seed(0)
-    if name == "gpt2":
-        config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=BLOCK, n_embd=384,
-                                         n_layer=6, n_head=6)
-        return transformers.GPT2LMHeadModel(config)
-    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=384, num_hidden_layers=6,
-                                     num_attention_heads=6, intermediate_size=1536,
-                                     max_position_embeddings=BLOCK)
-    return transformers.BertForMaskedLM(config)
+    return built(name, VOCAB, seed=0, width=384, layers=6, heads=6, block=BLOCK)
 
 
 class Blocks(torch.utils.data.Dataset):
@@ -145,8 +138,8 @@ def _hand_loop(model, data, run, steps: int) -> list[float]:
     """forward, backward, clipping, torch's fused AdamW and the plan's LR: nothing else."""
     from date_engine import scheduler_for
 
-    decay = [p for n, p in model.named_parameters() if p.ndim > 1]
-    rest = [p for n, p in model.named_parameters() if p.ndim <= 1]
+    decay = [p for p in model.parameters() if p.ndim > 1]
+    rest = [p for p in model.parameters() if p.ndim <= 1]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                                    {"params": rest, "weight_decay": 0.0}], lr=run.plan.peak_lr,
                                   fused=True)
@@ -185,7 +178,7 @@ def main() -> None:
                 done = subprocess.run([sys.executable, "-m", "benchmarks.hf_overhead", "--one",
                                        model_name, way, "--steps", str(a.steps)],
                                       capture_output=True, text=True, check=True,
-                                      env={"OMP_NUM_THREADS": "1", **_env()})
+                                      env={**os.environ, "OMP_NUM_THREADS": "1"})
                 row[way] = json.loads(done.stdout.strip().splitlines()[-1])
                 print(f"round {r + 1} {model_name:5} {way:10} {row[way]['step_ms']:8.1f} ms "
                       f"(optimizer {row[way]['optimizer_ms']:5.1f} ms) "
@@ -213,12 +206,6 @@ def main() -> None:
     for row in table:
         print(f"{row['model']:5} {row['way']:10} {row['step_ms']:8.1f} ms "
               f"{row['vs_hf']:5.2f}× HF's Trainer  {row['peak_rss_mib']:6.0f} MiB")
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
 
 
 if __name__ == "__main__":
