@@ -309,7 +309,8 @@ def bench_command(
     from date_engine.timing import Bench
     from date_engine.view.timing import render_bench
 
-    Console(highlight=False).print(render_bench(Bench.read(output), output))
+    with user_errors():
+        Console(highlight=False).print(render_bench(Bench.read(output), output))
 
 
 # ---------------------------------------------------------------------------------- date sweep

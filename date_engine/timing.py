@@ -29,17 +29,19 @@ collective of (N−1)·α + (N−1)/N · bytes/β:
     T_comm = accumulation · 2 · AG(parameter bytes) + RS(gradient bytes) [+ 2(N−1)·α: the layer
              norms' all-reduce where the step needs them]
 
-with T_opt the bench's whole-model step, not ÷ N: a shard's step runs without the fused per-layer
-kernels, and on the development CPU it took 1.71× the whole model's fused step (docs/training.md).
+Under fsdp a bench at P ≥ 2 processes also times the trainer's whole step on the model sharded
+over them: T_opt is then the sharded step's (the shards' multi-tensor step, slower than the whole
+model's fused one on a CPU), and T_sync the sharding's own cost per micro-batch — what the sharded
+step took beyond its plain pass, the modelled collectives, that optimizer step and T_host: FSDP2's
+gathers unit by unit (a latency each), its hooks and waits. Both are held constant in N. A bench
+without it (one process, or older) falls back to the whole-model step and DDP's T_sync.
 
 A run is its steps' sum (a ramp's stages each at their own split); the baseline runs its I0 steps of
 B0 on B0/micro devices; the speedup is the baseline's time over the run's. Torch-free: ``date plan``
 reads bench.json without importing torch.
 
-Left out: data loading, evaluation and checkpoints, stragglers and contention, a collective's
-latency per sharding unit (fsdp gathers unit by unit: α is counted once per collective), the
-sharded step's own overheads on the host, and a compute time that changes with the device (the
-bench's is the one device it ran on).
+Left out: data loading, evaluation and checkpoints, stragglers and contention, and a compute time
+that changes with the device (the bench's is the one device it ran on).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMAT", "Bench", "Link", "MemoryFit", "StepTime", "TimeForecast", "allreduce_seconds",
            "fit_line", "fit_memory", "forecast", "gather_seconds", "parse_link", "parse_memory",
-           "step_time"]
+           "sharded_comm_seconds", "step_time"]
 
 FORMAT = 1
 
@@ -122,6 +124,13 @@ class Bench:
     """(micro-batch, seconds) of the host work a step of the run adds to its pass and optimizer
     step (the LR set, the noise-scale hooks, the gradient norm, the state check, the agreement,
     the gradients cleared): the trainer's whole step timed, less both (empty before 0.9)."""
+    sharded_optimizer_seconds: float = 0.0
+    """One optimizer step of the model sharded over the bench's P processes (fsdp): the shards'
+    multi-tensor step and the layer norms' all-reduce (0: not measured, one process)."""
+    shard_points: tuple[tuple[int, float], ...] = ()
+    """(micro-batch, seconds) the trainer's whole step under fsdp at P processes took beyond the
+    plain pass, the modelled gathers and reduce-scatter, the sharded optimizer step and the host
+    work: FSDP2's per-unit gathers, hooks and waits (empty before 0.13 or at one process)."""
 
     def check(self, path: Path, recipe: str | None, devices: int, link: Link | None) -> None:
         """Refuse, in one sentence, to forecast ``recipe`` on ``devices`` from this bench: one of
@@ -144,6 +153,10 @@ class Bench:
     def wait_seconds(self, micro: int) -> float:
         """T_sync(micro), a synchronised step's wait (0 without a measurement)."""
         return _differences_at(self.wait_points, micro)
+
+    def shard_seconds(self, micro: int) -> float:
+        """A pass's sharding overhead under fsdp (0 without a measurement)."""
+        return _differences_at(self.shard_points, micro)
 
     def host_seconds(self, micro: int) -> float:
         """T_host(micro), a step's host work (0 without a measurement)."""
@@ -191,15 +204,16 @@ class Bench:
             raise DateError(f"{path}: a field is missing or unknown ({exc}); run date bench "
                             "again.") from None
         points = (*bench.compute_points, *bench.allreduce_points, *bench.wait_points,
-                  *bench.host_points, *bench.memory_points)
+                  *bench.host_points, *bench.shard_points, *bench.memory_points)
         if not all(len(point) == 2 for point in points):
             raise DateError(f"{path}: every measured point must be a pair (size, seconds); run "
                             "date bench again.")
         numbers = (bench.compute_fixed, bench.compute_per_sample, bench.optimizer_seconds,
-                   bench.link.alpha, bench.link.beta, bench.model_bytes, bench.state_bytes,
-                   *(x for point in points for x in point))
+                   bench.sharded_optimizer_seconds, bench.link.alpha, bench.link.beta,
+                   bench.model_bytes, bench.state_bytes, *(x for point in points for x in point))
         seconds = (bench.compute_fixed, bench.compute_per_sample, bench.optimizer_seconds,
-                   bench.link.alpha, *(s for _, s in points[:len(points)
+                   bench.sharded_optimizer_seconds, bench.link.alpha,
+                   *(s for _, s in points[:len(points)
                                                               - len(bench.memory_points)]))
         if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
                    and x >= 0 for x in numbers) or bench.link.beta <= 0 \
@@ -395,23 +409,39 @@ def gather_seconds(link: Link, devices: int, size: int) -> float:
     return allreduce_seconds(link, devices, size) / 2
 
 
+def sharded_comm_seconds(link: Link, devices: int, gather_bytes: int, gradient_bytes: int,
+                         accumulation: int = 1, layer_norms: bool = False) -> float:
+    """fsdp's collectives of a step: every micro-batch gathers the parameters twice (forward and
+    backward), the step reduce-scatters the gradient once, and with ``layer_norms`` all-reduces
+    every layer's norms (0 on one device)."""
+    if devices < 2:
+        return 0.0
+    return (2 * accumulation * gather_seconds(link, devices, gather_bytes)
+            + gather_seconds(link, devices, gradient_bytes)
+            + (allreduce_seconds(link, devices, 0) if layer_norms else 0.0))
+
+
 def step_time(bench: Bench, split: BatchSplit, link: Link | None = None, *,
               gather_bytes: int | None = None, layer_norms: bool = False) -> StepTime:
     """One step of ``split``; sharded (fsdp), with parameters gathered at ``gather_bytes`` (the
     compute dtype's; default the gradient's fp32 bytes) and, with ``layer_norms``, the all-reduce
-    of every layer's norms."""
+    of every layer's norms. Under fsdp a bench that timed the sharded step gives its optimizer
+    step and, per micro-batch, its sharding overhead (in ``synchronisation``)."""
     link = link or bench.link
-    n = split.world_size
-    compute = split.accumulation_steps * bench.compute_seconds(split.micro_batch)
+    n, accumulation = split.world_size, split.accumulation_steps
+    compute = accumulation * bench.compute_seconds(split.micro_batch)
     opt = bench.optimizer_seconds
+    wait = bench.wait_seconds(split.micro_batch) if n > 1 else 0.0
     if split.sharded and n > 1:
         gathered = bench.gradient_bytes if gather_bytes is None else gather_bytes
-        comm = (2 * split.accumulation_steps * gather_seconds(link, n, gathered)
-                + gather_seconds(link, n, bench.gradient_bytes)
-                + (allreduce_seconds(link, n, 0) if layer_norms else 0.0))
+        measured = bool(bench.shard_points)  # its optimizer step holds the norms' all-reduce
+        comm = sharded_comm_seconds(link, n, gathered, bench.gradient_bytes, accumulation,
+                                    layer_norms and not measured)
+        if measured:
+            opt = bench.sharded_optimizer_seconds
+            wait = accumulation * bench.shard_seconds(split.micro_batch)
     else:
         comm = allreduce_seconds(link, n, bench.gradient_bytes)
-    wait = bench.wait_seconds(split.micro_batch) if n > 1 else 0.0
     host = bench.host_seconds(split.micro_batch)
     return StepTime(compute, comm, opt, compute + comm + wait + opt + host,
                     max(compute, comm) + wait + opt + host, wait, host)

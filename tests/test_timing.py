@@ -165,6 +165,42 @@ def test_a_sharded_step_gathers_twice_a_pass_and_reduce_scatters_once():
                                                                         BatchSplit(64, 1, 1))
 
 
+def test_a_bench_that_timed_the_sharded_step_gives_its_optimizer_step_and_overhead():
+    """fsdp with a measured sharded step: the shards' optimizer step replaces the whole model's,
+    the sharding's overhead is paid once per micro-batch (its gathers are), the layer norms'
+    all-reduce is inside the measured step (not added again), and DDP's wait does not apply."""
+    plain = _bench(wait_points=((64, 3e-3),))
+    bench = _bench(wait_points=((64, 3e-3),), shard_points=((32, 8e-3), (64, 10e-3)),
+                   sharded_optimizer_seconds=2e-3)
+    for accumulation in (1, 3):
+        split = BatchSplit(64, 4, accumulation, "fsdp")
+        t = step_time(bench, split, layer_norms=True)
+        assert t.optimizer == 2e-3
+        assert t.synchronisation == pytest.approx(accumulation * 10e-3)
+        assert t.communication == pytest.approx(step_time(plain, split).communication)
+        assert t.no_overlap == pytest.approx(t.compute + t.communication + t.optimizer
+                                             + t.synchronisation + t.host)
+        old = step_time(plain, split, layer_norms=True)  # no measurement: the former model
+        assert (old.optimizer, old.synchronisation) == (5e-4, 3e-3)
+    # replicas are not touched by it
+    assert step_time(bench, BatchSplit(64, 4, 1)) == step_time(plain, BatchSplit(64, 4, 1))
+
+
+def test_bench_json_keeps_the_sharded_measurements(tmp_path):
+    bench = _bench(shard_points=((16, 4e-3),), sharded_optimizer_seconds=1e-3)
+    bench.write(tmp_path / "bench.json")
+    assert Bench.read(tmp_path / "bench.json") == bench
+    document = json.loads((tmp_path / "bench.json").read_text())
+    for field in ("shard_points", "sharded_optimizer_seconds"):  # a bench.json from before them
+        del document[field]
+    (tmp_path / "old.json").write_text(json.dumps(document))
+    assert Bench.read(tmp_path / "old.json") == _bench()
+    document["shard_points"] = [[16, float("inf")]]
+    (tmp_path / "bad.json").write_text(json.dumps(document))
+    with pytest.raises(DateError, match="finite"):
+        Bench.read(tmp_path / "bad.json")
+
+
 def test_a_sharded_plan_forecasts_the_sharded_step(tmp_path):
     path = tmp_path / "bench.json"
     _bench().write(path)
@@ -327,6 +363,11 @@ def test_date_bench_writes_what_the_plan_forecasts_from(tmp_path):
     # the trainer's own work of a step beside its pass, at every size, in the forecast's step
     assert [m for m, _ in bench.host_points] == [16, 64]
     assert all(0 <= h < 1 for _, h in bench.host_points) and bench.host_seconds(64) > 0
+    # the sharded step (fsdp over the 2 processes) at every size, and its optimizer step on the
+    # shards' real gradients (no gradients would make it a no-op a fraction of the whole one)
+    assert [m for m, _ in bench.shard_points] == [16, 64]
+    assert all(0 <= s < 1 for _, s in bench.shard_points)
+    assert bench.sharded_optimizer_seconds > 0.5 * bench.optimizer_seconds
     # memory: a pass's peak at every size, the model's bytes and the optimizer's state (RMSprop
     # keeps one buffer a parameter; DATE adds its per-layer ones)
     assert [m for m, _ in bench.memory_points] == [16, 64] and bench.memory_source == "cpu resident"

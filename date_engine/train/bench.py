@@ -12,7 +12,11 @@ with the threads a run at P processes gets) times, at the same moment:
   takes beyond the plain pass and the optimizer step is the step's host work;
 - with P ≥ 2, an all-reduce of several sizes up to the gradient's, on the run's backend, and that
   whole step under DDP with the agreement's all-reduce: what it takes beyond the local whole step
-  and the modelled all-reduce is the step's synchronisation.
+  and the modelled all-reduce is the step's synchronisation;
+- with P ≥ 2, that whole step again on a copy sharded over the P processes with FSDP2 (as
+  ``train.parallel: fsdp`` shards it), and its optimizer step alone: what the sharded step takes
+  beyond the plain pass, the modelled gathers and reduce-scatter, that optimizer step and the host
+  work is fsdp's sharding overhead.
 
 Rank 0 fits T_c(b) = a + c·b (averaged over the processes) and the ring all-reduce's α and β, and
 writes bench.json. ``python -m date_engine.train.bench --config <bench config>.json``.
@@ -41,8 +45,15 @@ from date_engine.recipes import DataOptions, get_recipe
 from date_engine.runplan import resolve_plan
 from date_engine.schedule import set_lr
 from date_engine.spec import parse_spec
-from date_engine.timing import Bench, Link, allreduce_seconds, fit_line, link_from_points
-from date_engine.train.runtime import die_with_parent, setup, teardown
+from date_engine.timing import (
+    Bench,
+    Link,
+    allreduce_seconds,
+    fit_line,
+    link_from_points,
+    sharded_comm_seconds,
+)
+from date_engine.train.runtime import die_with_parent, setup, shard_units, teardown
 from date_engine.train.step import StepRunner, agree, to_device
 
 __all__ = ["bench_job", "main", "measure", "micro_batch_sizes", "run"]
@@ -128,6 +139,7 @@ def measure(config: dict) -> Bench | None:
         runners = {"whole": _runner(model, recipe, data, local, planned.plan, None)}
         if rt.distributed:
             runners["synchronised"] = _runner(model, recipe, data, rt, planned.plan, rt.wrap)
+            runners["sharded"] = _sharded_runner(model, recipe, data, rt, planned.plan)
         passes = {}
         for micro in config["micro_batches"]:
             passes["plain", micro] = _pass(model, micro, recipe, data, rt)
@@ -139,14 +151,20 @@ def measure(config: dict) -> Bench | None:
         finally:
             for runner in runners.values():
                 runner.close()
-        step = _median_seconds({"step": optimizer.step}, repeats, sync, align)["step"]
+        steps = {"step": optimizer.step}
+        if rt.distributed:  # on the gradients of one more pass (its timed steps cleared theirs)
+            sharded = runners["sharded"].steps
+            sharded.forward_backward(_batches(data, config["micro_batches"][0]))
+            steps["sharded"] = sharded.optimizer.step
+        steps = _median_seconds(steps, repeats, sync, align)
         keys = list(medians)
-        mine = torch.tensor([medians[k] for k in keys] + [step], dtype=torch.float64)
+        mine = torch.tensor([medians[k] for k in keys] + [steps["step"], steps.get("sharded", 0)],
+                            dtype=torch.float64)
         if rt.distributed:  # the mean over the processes that computed side by side
             dist.all_reduce(mine)
             mine /= rt.world_size
-        timed = dict(zip(keys, mine[:-1].tolist()))
-        step = float(mine[-1])
+        timed = dict(zip(keys, mine[:-2].tolist()))
+        step, sharded_step = float(mine[-2]), float(mine[-1])
         points = [(m, timed["plain", m]) for m in config["micro_batches"]]
         host = tuple((m, max(0.0, timed["whole", m] - t - step)) for m, t in points)
         # the peak of a pass at each size, smallest first, with the gradients and the optimizer's
@@ -191,7 +209,14 @@ def measure(config: dict) -> Bench | None:
         ring = allreduce_seconds(measured, rt.world_size, gradient_bytes)
         waits = tuple((m, max(0.0, timed["synchronised", m] - t - ring - step - h))
                       for (m, t), (_, h) in zip(points, host))
-        return replace(bench, wait_points=waits)
+        # and what the sharded step took beyond its pass, the modelled gathers and
+        # reduce-scatter (the layer norms' all-reduce is inside its optimizer step) and host work
+        collectives = sharded_comm_seconds(measured, rt.world_size, gradient_bytes,
+                                           gradient_bytes)
+        shards = tuple((m, max(0.0, timed["sharded", m] - t - collectives - sharded_step - h))
+                       for (m, t), (_, h) in zip(points, host))
+        return replace(bench, wait_points=waits, shard_points=shards,
+                       sharded_optimizer_seconds=sharded_step)
     finally:
         teardown(rt)
 
@@ -227,6 +252,17 @@ def _runner(model, recipe, data, rt, plan, wrap) -> _Steps:
     wrapped = wrap(own) if wrap is not None else own
     return _Steps(StepRunner(own, wrapped, optimizer, None, recipe, data, rt, 1,
                              measure_noise=True), plan, data, rt)
+
+
+def _sharded_runner(model, recipe, data, rt, plan) -> _Steps:
+    """A :class:`_Steps` over a copy of ``model`` sharded over the job's processes as a run under
+    ``train.parallel: fsdp`` shards it (its own units, the optimizer built on the shards)."""
+    sharded = replace(rt, parallel="fsdp")
+    own = copy.deepcopy(model)
+    own = sharded.shard(own, (recipe.shard_units or shard_units)(own))
+    optimizer = build_optimizer(own.named_parameters(), plan.optimizer, plan.peak_lr)
+    return _Steps(StepRunner(own, sharded.wrap(own), optimizer, None, recipe, data, sharded, 1),
+                  plan, data, sharded)
 
 
 def main(argv: list[str] | None = None) -> int:
