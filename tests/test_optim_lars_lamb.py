@@ -162,6 +162,41 @@ def test_no_parameter_sized_temporaries_after_the_first_step(cls):
     assert steady_state_allocations(cls(params, lr=1e-3, weight_decay=1e-4), params, grads) == []
 
 
+def test_lamb_on_the_host_keeps_one_scratch_the_size_of_its_largest_layer():
+    """The host path writes each layer's update into one shared buffer: LAMB keeps its two
+    moments a parameter and that buffer, not a third parameter-sized buffer a parameter."""
+    from date_engine.optim.build import state_bytes
+
+    shapes = [(64, 32), (32,), (128, 64), (10, 128)]
+    params = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = LAMB(params, lr=1e-3, weight_decay=1e-4)
+    opt.step()
+    assert opt.implementation == "fused"
+    total = sum(p.numel() for p in params)
+    assert state_bytes(opt) == 4 * (2 * total + 128 * 64)
+
+
+def test_a_layer_with_a_non_finite_gradient_leaves_the_next_layer_s_step_as_it_was():
+    """The shared buffer holds an infinite layer's update after its step; the next layer's
+    kernel multiplies what it finds by 0, so it must be cleared (0·inf is not 0)."""
+    shapes = [(16, 8), (8, 16)]
+    gen = torch.Generator().manual_seed(0)
+    start = [torch.randn(s, generator=gen) for s in shapes]
+    grads = [torch.randn(s, generator=gen) for s in shapes]
+    bad = [torch.nn.Parameter(t.clone()) for t in start]
+    good = [torch.nn.Parameter(start[1].clone())]
+    bad[0].grad, bad[1].grad = torch.full(shapes[0], float("inf")), grads[1].clone()
+    good[0].grad = grads[1].clone()
+    for params in (bad, good):
+        opt = LAMB(params, lr=1e-2, weight_decay=1e-2)
+        opt.step()
+        assert opt.implementation == "fused"
+    assert not torch.isfinite(bad[0]).all()
+    assert torch.equal(bad[1], good[0])
+
+
 def test_the_per_layer_trust_ratio_is_the_tensor_one():
     """LARS and LAMB on the host take trust_ratio_value per layer (in cache, layer after layer);
     it must equal trust_ratio, zero, non-finite and clamped norms included."""

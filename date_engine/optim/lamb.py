@@ -11,9 +11,10 @@ Per parameter tensor, at step t, with Adam's moments and bias corrections b1 = 1
 A param group with ``layer_ratio=False`` keeps r = 1 (Adam with L2 folded into the update).
 
 On the CPU each layer is done before the next, so its later passes find it in cache: torch's fused
-AdamW kernel updates the moments and writes −u into a buffer kept per layer
-(:func:`date_engine.optim._fused.lamb_direction_`), then the two norms, then w ← w − η·r·u (on
-ResNet-50's shapes 55.5 ms against 69.0 ms done pass by pass over all layers; docs/performance.md).
+AdamW kernel updates the moments and writes −u into one scratch buffer the size of the largest
+layer, shared by all (:func:`date_engine.optim._fused.lamb_direction_`; reused layer after layer
+it stays in cache, and LAMB keeps no update buffer per parameter), then the two norms, then
+w ← w − η·r·u (docs/performance.md).
 Elsewhere the same runs as multi-tensor passes with no host synchronisation.
 """
 
@@ -63,6 +64,7 @@ class LAMB(LayerwiseOptimizer):
         self.fused = fused is not False
         """Take the fused per-layer host path where it serves (``fused=False``: never)."""
         self._u: dict[Tensor, Tensor] = {}  # the update u, one buffer per parameter, reused
+        self._scratch: dict[torch.dtype, Tensor] = {}  # the host path's u, one a dtype
 
     refused_dtypes = (torch.float16,)
     _refused_why = ("its second moment, kept in the parameters' dtype, underflows in float16 "
@@ -71,7 +73,7 @@ class LAMB(LayerwiseOptimizer):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        self._u = {}
+        self._u, self._scratch = {}, {}
 
     def _buffer(self, p: Tensor) -> Tensor:
         if p not in self._u:  # zeros: the host path needs finite values in it (lamb_direction_)
@@ -95,15 +97,26 @@ class LAMB(LayerwiseOptimizer):
         for t, ps in by_step.items():
             (self._update_host if host else self._update_at)(ps, group, t)
 
+    def _shared(self, p: Tensor) -> Tensor:
+        """A view of the shape of ``p`` into the scratch of its dtype, grown to the largest layer
+        seen (zeros: the kernel needs finite values in it, :func:`lamb_direction_`)."""
+        scratch = self._scratch.get(p.dtype)
+        if scratch is None or scratch.numel() < p.numel():
+            scratch = self._scratch[p.dtype] = torch.zeros(p.numel(), dtype=p.dtype)
+        return scratch[:p.numel()].view(p.shape)
+
     def _update_host(self, params: list[Tensor], group: dict[str, Any], t: int) -> None:
         step = torch.tensor(float(t))  # the fused kernel reads the step count from a tensor
         lr, betas, eps, wd = float(group["lr"]), group["betas"], group["eps"], group["weight_decay"]
         for p in params:
-            state, u = self.state[p], self._buffer(p)
+            state, u = self.state[p], self._shared(p)
             lamb_direction_(p, state["exp_avg"], state["exp_avg_sq"], step, u, betas, eps, wd)
-            r = trust_ratio_value(norm(p), norm(u), phi_bounds=group["phi_bounds"]) \
+            u_norm = norm(u)
+            r = trust_ratio_value(norm(p), u_norm, phi_bounds=group["phi_bounds"]) \
                 if group["layer_ratio"] else 1.0
             p.add_(u, alpha=lr * r)  # u holds −u
+            if not math.isfinite(u_norm):  # the next layer's kernel must find finite values
+                u.zero_()
 
     def _update_at(self, params: list[Tensor], group: dict[str, Any], t: int) -> None:
         (beta1, beta2), eps, wd, lr = (
