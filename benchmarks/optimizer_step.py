@@ -49,35 +49,43 @@ def _date(base, **kw):
 
 
 # name: (factory over a parameter list, the torch step it is compared with, target ratio,
-#        parameter-sized reads and writes its step cannot avoid)
+#        parameter-sized reads and writes its step cannot avoid, parameter-sized reads it makes)
 # DATE adds two reads (||w||, ||g||) to its base; LARS is momentum SGD plus those two; LAMB reads
 # g, m, v, w and writes m, v computing both norms, then reads m, v, w again and writes w.
+# The last number counts the reads of the step as it is built (a layer that stays in cache
+# between passes reads less): on one core of this CPU a step's time follows its reads, its writes
+# overlapping them (docs/performance.md). torch's foreach SGD momentum reads buf; buf, g; w, buf.
+# DATE's dynamic rule needs every layer's ||w|| and ||g|| before any layer steps (the geometric
+# mean of the ratios), so its two reads come before the base's. LAMB's host path per layer:
+# AdamW's kernel on the buffer u (g, m, v, u), u − λw (u, w), ||w|| and ||u|| (w, u), w + r·u
+# (w, u).
 SGD_FOREACH, SGD_FUSED = "SGD momentum (torch, foreach)", "SGD momentum (torch, fused)"
 ADAM_FUSED, ADAMW_FUSED = "Adam (torch, fused)", "AdamW (torch, fused)"
 RMSPROP_FOREACH = "RMSprop (torch, foreach)"
 OPTIMIZERS = {
-    SGD_FOREACH: (_sgd(foreach=True), None, None, 5),
-    SGD_FUSED: (_sgd(fused=True), None, None, 5),
-    "DATE(SGD momentum)": (_date(_sgd()), SGD_FUSED, 1.25, 7),
-    "DATE(SGD momentum), foreach path": (_date(_sgd(), fused=False), SGD_FUSED, None, 7),
-    "Adam (torch, foreach)": (_torch(torch.optim.Adam, 1e-3, foreach=True), None, None, 7),
-    ADAM_FUSED: (_torch(torch.optim.Adam, 1e-3, fused=True), None, None, 7),
-    "DATE(Adam)": (_date(_torch(torch.optim.Adam, 1e-3)), ADAM_FUSED, 1.3, 9),
-    "DATE(Adam fused)": (_date(_torch(torch.optim.Adam, 1e-3, fused=True)), ADAM_FUSED, 1.3, 9),
+    SGD_FOREACH: (_sgd(foreach=True), None, None, 5, 5),
+    SGD_FUSED: (_sgd(fused=True), None, None, 5, 3),
+    "DATE(SGD momentum)": (_date(_sgd()), SGD_FUSED, 1.25, 7, 5),
+    "DATE(SGD momentum), foreach path": (_date(_sgd(), fused=False), SGD_FUSED, None, 7, None),
+    "Adam (torch, foreach)": (_torch(torch.optim.Adam, 1e-3, foreach=True), None, None, 7, None),
+    ADAM_FUSED: (_torch(torch.optim.Adam, 1e-3, fused=True), None, None, 7, 4),
+    "DATE(Adam)": (_date(_torch(torch.optim.Adam, 1e-3)), ADAM_FUSED, 1.45, 9, 6),
+    "DATE(Adam fused)": (_date(_torch(torch.optim.Adam, 1e-3, fused=True)), ADAM_FUSED, 1.45,
+                         9, 6),
     "DATE(Adam), foreach path": (_date(_torch(torch.optim.Adam, 1e-3, foreach=True),
-                                       fused=False), ADAM_FUSED, None, 9),
-    ADAMW_FUSED: (_torch(torch.optim.AdamW, 1e-3, fused=True), None, None, 7),
-    "DATE(AdamW)": (_date(_torch(torch.optim.AdamW, 1e-3)), ADAMW_FUSED, 1.3, 9),
-    RMSPROP_FOREACH: (_torch(torch.optim.RMSprop, 1e-3, foreach=True), None, None, 5),
-    "DATE(RMSprop)": (_date(_torch(torch.optim.RMSprop, 1e-3)), RMSPROP_FOREACH, 1.3, 7),
+                                       fused=False), ADAM_FUSED, None, 9, None),
+    ADAMW_FUSED: (_torch(torch.optim.AdamW, 1e-3, fused=True), None, None, 7, 4),
+    "DATE(AdamW)": (_date(_torch(torch.optim.AdamW, 1e-3)), ADAMW_FUSED, 1.45, 9, 6),
+    RMSPROP_FOREACH: (_torch(torch.optim.RMSprop, 1e-3, foreach=True), None, None, 5, None),
+    "DATE(RMSprop)": (_date(_torch(torch.optim.RMSprop, 1e-3)), RMSPROP_FOREACH, 1.3, 7, 6),
     "DATE(RMSprop), foreach path": (_date(_torch(torch.optim.RMSprop, 1e-3, foreach=True),
-                                          fused=False), RMSPROP_FOREACH, None, 7),
-    "LARS": (lambda ps: LARS(ps, lr=0.1, weight_decay=1e-4), SGD_FOREACH, 1.0, 7),
+                                          fused=False), RMSPROP_FOREACH, None, 7, None),
+    "LARS": (lambda ps: LARS(ps, lr=0.1, weight_decay=1e-4), SGD_FOREACH, 1.0, 7, 5),
     "LARS, foreach path": (lambda ps: LARS(ps, lr=0.1, weight_decay=1e-4, fused=False),
-                           SGD_FOREACH, None, 7),
-    "LAMB": (lambda ps: LAMB(ps, lr=1e-3, weight_decay=1e-4), ADAMW_FUSED, 1.5, 10),
+                           SGD_FOREACH, None, 7, None),
+    "LAMB": (lambda ps: LAMB(ps, lr=1e-3, weight_decay=1e-4), ADAMW_FUSED, 1.5, 10, 10),
     "LAMB, foreach path": (lambda ps: LAMB(ps, lr=1e-3, weight_decay=1e-4, fused=False),
-                           ADAMW_FUSED, None, 10),
+                           ADAMW_FUSED, None, 10, None),
 }
 BANDWIDTH_PROBES = (SGD_FUSED, ADAM_FUSED, ADAMW_FUSED)
 """The roofline's bandwidth is the best any of these or the copy reached in the run: on this CPU a
@@ -137,13 +145,19 @@ def table(results: list[dict]) -> tuple[list[dict], float]:
 
     bandwidth = over_runs(lambda r: max(
         [rate(r, COPY, 2)] + [rate(r, name, OPTIMIZERS[name][3]) for name in BANDWIDTH_PROBES]))
+    # the read floor: the best rate at which a pass read parameter-sized tensors (the norms'
+    # reductions, or a fused step's reads)
+    reading = over_runs(lambda r: max(
+        [rate(r, NORMS, 2)] + [rate(r, name, OPTIMIZERS[name][4]) for name in BANDWIDTH_PROBES]))
     rows = []
-    for name, (_, against, target, accesses) in OPTIMIZERS.items():
+    for name, (_, against, target, accesses, reads) in OPTIMIZERS.items():
         ms = over_runs(lambda r, name=name: r["median_ms"][name])
         roofline_ms = accesses * results[0]["param_bytes"] / bandwidth * 1e3
         row = dict(optimizer=name, median_ms=ms, implementation=results[0]["implementation"][name],
                    state_mib=results[0]["state_mib"][name], accesses=accesses,
-                   roofline_ms=roofline_ms, over_roofline=ms / roofline_ms)
+                   roofline_ms=roofline_ms, over_roofline=ms / roofline_ms, reads=reads,
+                   over_reads=None if reads is None else
+                   ms / (reads * results[0]["param_bytes"] / reading * 1e3))
         comparisons = [(against, target)] if against else []
         comparisons += [EXTRA_TARGETS[name]] if name in EXTRA_TARGETS else []
         row["ratios"] = [
@@ -154,7 +168,7 @@ def table(results: list[dict]) -> tuple[list[dict], float]:
         for ratio in row["ratios"]:
             ratio["met"] = None if ratio["target"] is None else ratio["ratio"] <= ratio["target"]
         rows.append(row)
-    return rows, bandwidth
+    return rows, bandwidth, reading
 
 
 def main() -> None:
@@ -180,7 +194,7 @@ def main() -> None:
                              check=True, capture_output=True,
                              text=True).stdout
         results.append(json.loads(out))
-    rows, bandwidth = table(results)
+    rows, bandwidth, reading = table(results)
     first = results[0]
     passes = {name: statistics.median(r["median_ms"][name] for r in results)
               for name in (COPY, NORMS)}
@@ -191,9 +205,9 @@ def main() -> None:
           f"median of {args.steps} interleaved rounds after {args.warmup}, median of "
           f"{args.runs} run(s); torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
           f"{where}; roofline bandwidth "
-          f"{bandwidth / 1e9:.1f} GB/s (reads + writes)")
-    print(f"{'optimizer':34s} {'path':8s} {'ms':>6s} {'roofline':>9s} {'×roof':>6s}  "
-          f"{'state MiB':>9s}  ratios")
+          f"{bandwidth / 1e9:.1f} GB/s (reads + writes); reads {reading / 1e9:.1f} GB/s")
+    print(f"{'optimizer':34s} {'path':8s} {'ms':>6s} {'roofline':>9s} {'×roof':>6s} "
+          f"{'reads':>5s} {'×reads':>6s}  {'state MiB':>9s}  ratios")
     for r in rows:
         ratios = "; ".join(
             f"{x['ratio']:.2f}× {x['against']}"
@@ -201,14 +215,17 @@ def main() -> None:
                f" (≤ {x['target']:.2f}× {'ok' if x['met'] else 'MISSED'})")
             for x in r["ratios"])
         print(f"{r['optimizer']:34s} {r['implementation'] or 'torch':8s} {r['median_ms']:6.1f} "
-              f"{r['roofline_ms']:7.1f}ms {r['over_roofline']:5.2f}×  {r['state_mib']:9.0f}  "
-              f"{ratios}")
+              f"{r['roofline_ms']:7.1f}ms {r['over_roofline']:5.2f}× "
+              f"{r['reads'] or '':>5} "
+              f"{'' if r['over_reads'] is None else format(r['over_reads'], '5.2f') + '×':>6s}  "
+              f"{r['state_mib']:9.0f}  {ratios}")
     for name, ms in passes.items():
         moved = 2 * first["param_bytes"]  # the copy reads and writes; the norms read twice
         print(f"{name:43s} {ms:6.1f} ms  ({moved / (ms / 1e3) / 1e9:.1f} GB/s)")
     with open(args.out, "w") as f:
         json.dump({"rows": rows, "passes_ms": passes, "runs": results, "steps": args.steps,
                    "warmup": args.warmup, "roofline_bytes_per_s": bandwidth,
+                   "read_bytes_per_s": reading,
                    "torch": torch.__version__, "threads": args.threads, "device": args.device,
                    "machine": platform.machine()}, f,
                   indent=2)
