@@ -195,6 +195,17 @@ def test_bench_json_keeps_the_sharded_measurements(tmp_path):
         del document[field]
     (tmp_path / "old.json").write_text(json.dumps(document))
     assert Bench.read(tmp_path / "old.json") == _bench()
+    from rich.console import Console
+
+    from date_engine.view.timing import render_bench
+
+    def shown(b: Bench) -> str:
+        console = Console(width=200, record=True)
+        console.print(render_bench(b, tmp_path / "bench.json"))
+        return console.export_text()
+
+    assert "sharding, per micro-batch (fsdp)" in shown(bench) and "16: 4 ms" in shown(bench)
+    assert "fsdp" not in shown(_bench())
     document["shard_points"] = [[16, float("inf")]]
     (tmp_path / "bad.json").write_text(json.dumps(document))
     with pytest.raises(DateError, match="finite"):

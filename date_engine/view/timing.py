@@ -58,6 +58,13 @@ def render_bench(bench: Bench, path: Path) -> RenderableType:
                       ", ".join(f"{m}: {seconds(w)}" for m, w in bench.wait_points),
                       "the run's pass (DDP, the step's flags) beyond the plain pass and the "
                       "all-reduce; between sizes, the line through them")
+    if bench.shard_points:
+        table.add_row("sharded optimizer step (fsdp)", seconds(bench.sharded_optimizer_seconds),
+                      "replaces the optimizer step under --parallel fsdp")
+        table.add_row("sharding, per micro-batch (fsdp)",
+                      ", ".join(f"{m}: {seconds(s)}" for m, s in bench.shard_points),
+                      "the sharded step beyond the pass, the modelled gathers and "
+                      "reduce-scatter, its optimizer step and host work")
     lines: list[RenderableType] = [table, Text(
         f"{bench.parameters:,} parameters, {bytes_text(bench.gradient_bytes)} of gradient; "
         f"{bench.machine}. Written to {path}.")]
