@@ -1,9 +1,11 @@
 """Time one optimizer step on ResNet-50's parameters, every optimizer side by side in one run.
 
     python benchmarks/optimizer_step.py [--steps 20] [--warmup 5] [--runs 3] [--device cuda]
-                                        [--out FILE]
+                                        [--shapes resnet50|transformer] [--out FILE]
 
-Parameters have ResNet-50's shapes (25.6 M float32 values in 161 tensors) and random values;
+Parameters have ResNet-50's shapes (25.6 M float32 values in 161 tensors), or with ``--shapes
+transformer`` a pre-LN transformer's (:func:`transformer_shapes`: 6 blocks of width 512, 23.6 M
+values in 76 tensors, 50 of them biases and norms), and random values;
 gradients are random too. Each round times one step of every optimizer in turn, and a plain copy
 of the parameters, so a slow moment of a noisy machine hits all of them; each row is the median
 over the rounds, and with ``--runs N`` the median over N such runs (each in a fresh process) of
@@ -94,11 +96,28 @@ EXTRA_TARGETS = {"DATE(SGD momentum)": (SGD_FOREACH, 1.0)}
 """A second comparison for a row: (torch step, target ratio)."""
 
 
-def measure(steps: int, warmup: int, device: str = "cpu") -> dict:
+def transformer_shapes(width: int = 512, blocks: int = 6, vocab: int = 8192,
+                       block: int = 1024) -> list[tuple[int, ...]]:
+    """A GPT-style transformer's parameter shapes: token and position embeddings, per block two
+    layer norms, the fused QKV and output projections and the 4× MLP (each with a bias), a final
+    norm (the head tied to the token embedding)."""
+    shapes: list[tuple[int, ...]] = [(vocab, width), (block, width)]
+    for _ in range(blocks):
+        shapes += [(width,), (width,), (3 * width, width), (3 * width,), (width, width), (width,),
+                   (width,), (width,), (4 * width, width), (4 * width,), (width, 4 * width),
+                   (width,)]
+    return shapes + [(width,), (width,)]
+
+
+SHAPES = {"resnet50": lambda: [tuple(p.shape) for p in resnet50().parameters()],
+          "transformer": transformer_shapes}
+
+
+def measure(steps: int, warmup: int, device: str = "cpu", shapes: str = "resnet50") -> dict:
     """One run on ``device``: every optimizer's median step time (ms), its implementation and
     kept state. On CUDA each step is timed to its last kernel (synchronised before and after)."""
     torch.manual_seed(0)
-    shapes = [p.shape for p in resnet50().parameters()]
+    shapes = SHAPES[shapes]()
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     runs = {}
     for name, (factory, *_) in OPTIMIZERS.items():
@@ -179,18 +198,20 @@ def main() -> None:
                         help="runs, each in a fresh process; the report takes their medians")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument("--shapes", default="resnet50", choices=sorted(SHAPES),
+                        help="whose parameter shapes (default resnet50)")
     parser.add_argument("--out", default="optimizer_step.json", help="where to write the JSON")
     parser.add_argument("--one-run", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.one_run:
-        json.dump(measure(args.steps, args.warmup, args.device), sys.stdout)
+        json.dump(measure(args.steps, args.warmup, args.device, args.shapes), sys.stdout)
         return
     results = []
     for _ in range(args.runs):
         out = subprocess.run([sys.executable, __file__, "--one-run", "--steps", str(args.steps),
                               "--warmup", str(args.warmup), "--threads", str(args.threads),
-                              "--device", args.device],
+                              "--device", args.device, "--shapes", args.shapes],
                              check=True, capture_output=True,
                              text=True).stdout
         results.append(json.loads(out))
@@ -200,7 +221,8 @@ def main() -> None:
               for name in (COPY, NORMS)}
     where = first["device"] if args.device != "cpu" else (platform.processor()
                                                           or platform.machine())
-    print(f"One step on ResNet-50's parameters ({first['tensors']} tensors, "
+    whose = {"resnet50": "ResNet-50's", "transformer": "a transformer's"}[args.shapes]
+    print(f"One step on {whose} parameters ({first['tensors']} tensors, "
           f"{first['param_bytes'] / 4e6:.1f} M float32, {first['param_bytes'] / 2**20:.0f} MiB); "
           f"median of {args.steps} interleaved rounds after {args.warmup}, median of "
           f"{args.runs} run(s); torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
@@ -227,6 +249,7 @@ def main() -> None:
                    "warmup": args.warmup, "roofline_bytes_per_s": bandwidth,
                    "read_bytes_per_s": reading,
                    "torch": torch.__version__, "threads": args.threads, "device": args.device,
+                   "shapes": args.shapes,
                    "machine": platform.machine()}, f,
                   indent=2)
     print(f"JSON written to {args.out}")
