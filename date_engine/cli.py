@@ -292,8 +292,9 @@ def bench_command(
     from date_engine.recipes import spec_recipe
 
     with user_errors():
-        from date_engine.timing import parse_link
+        from date_engine.timing import Bench, parse_link
         from date_engine.train.bench import bench_job, micro_batch_sizes
+        from date_engine.view.timing import render_bench
 
         path, spec = _spec(spec_arg, overrides)
         recipe = spec_recipe(spec, source=str(path), to_train=True)
@@ -306,9 +307,6 @@ def bench_command(
     code = bench_job(spec, path, recipe, sizes, output, given, nproc)
     if code:
         raise typer.Exit(code)
-    from date_engine.timing import Bench
-    from date_engine.view.timing import render_bench
-
     with user_errors():
         Console(highlight=False).print(render_bench(Bench.read(output), output))
 
