@@ -1,6 +1,6 @@
 """Samples/s of `date scale` against a minimal hand-written torch loop doing the same steps.
 
-    OMP_NUM_THREADS=1 python benchmarks/trainer_overhead.py [--spec recipes/lenet-digits.yaml]
+    OMP_NUM_THREADS=1 python benchmarks/loop_overhead.py [--spec recipes/lenet-digits.yaml]
         [--batch 256] [--repeats 5]
 
 Both train the same model on the same data with the same micro-batch, DATE optimizer and schedule,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -524,27 +525,44 @@ def gpt_probe_table() -> str:
     return "\n".join(lines)
 
 
-HF_WAYS = {"hf": "HF's `Trainer`, default optimizer", "date-base":
-           "`DateTrainer(date=False)`", "date": "`DateTrainer(date=True)`",
-           "hand": "hand loop, fused AdamW"}
+TRAINER_WAYS = {"hf": "HF's `Trainer`, default optimizer", "date-base":
+                "`DateTrainer(date=False)`", "date": "`DateTrainer(date=True)`",
+                "bundled": "bundled trainer (`date scale`'s)", "hand": "hand loop, fused AdamW"}
 
 
-def hf_overhead_table() -> str:
-    """Per step, a GPT-2 and a BERT through HF's Trainer, DateTrainer and a hand loop
-    (docs/results/bench/hf_overhead.json, from ``python -m benchmarks.hf_overhead``)."""
-    document = json.loads((RESULTS / "bench" / "hf_overhead.json").read_text())
-    lines = ["| model | way | ms a step | × HF's Trainer | optimizer step, ms | peak MiB |",
-             "|---|---|---:|---:|---:|---:|"]
+def trainer_overhead_table() -> str:
+    """Per step, a GPT-2 and a BERT through HF's Trainer, DateTrainer, the bundled trainer and a
+    hand loop (docs/results/bench/trainer_overhead.json, from ``python -m
+    benchmarks.trainer_overhead``). The bound of ``DateTrainer(date=True)``: 1 plus what its
+    optimizer step adds to the plain Trainer's, as a share of the plain Trainer's step; of
+    ``DateTrainer(date=False)``: 1.05."""
+    document = json.loads((RESULTS / "bench" / "trainer_overhead.json").read_text())
+    lines = ["| model | way | ms a step | × HF's Trainer | bound | optimizer step, ms | peak MiB |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    plain = {row["model"]: row for row in document["rows"] if row["way"] == "hf"}
     for row in document["rows"]:
         name = {"gpt2": "GPT-2", "bert": "BERT"}[row["model"]]
-        lines.append(f"| {name}, {row['parameters'] / 1e6:.1f} M | {HF_WAYS[row['way']]} | "
-                     f"{row['step_ms']:.0f} | {row['vs_hf']:.3f} | {row['optimizer_ms']:.1f} | "
-                     f"{row['peak_rss_mib']:.0f} |")
+        hf = plain[row["model"]]
+        share = 1 + (row["optimizer_ms"] - hf["optimizer_ms"]) / hf["step_ms"]
+        bound = {"date-base": "1.050", "date": f"{share:.3f}"}.get(row["way"], "")
+        lines.append(f"| {name}, {row['parameters'] / 1e6:.1f} M | {TRAINER_WAYS[row['way']]} | "
+                     f"{row['step_ms']:.0f} | {row['vs_hf']:.3f} | {bound} | "
+                     f"{row['optimizer_ms']:.1f} | {row['peak_rss_mib']:.0f} |")
+    # the ratios' cost alone: date=True against date=False, the same trainer, round by round
+    pairs = []
+    for model, name in (("gpt2", "GPT-2"), ("bert", "BERT")):
+        rounds = [r for r in document["rounds"] if r["hf"]["model"] == model]
+        step = statistics.median(r["date"]["step_ms"] - r["date-base"]["step_ms"] for r in rounds)
+        opt = statistics.median(r["date"]["optimizer_ms"] - r["date-base"]["optimizer_ms"]
+                                for r in rounds)
+        pairs.append(f"{name} {round(step):+d} ms a step ({opt:+.1f} ms optimizer step)")
+    lines.append(f"\n`date=True` less `date=False`, paired by round (median of {len(rounds)}): "
+                 f"{'; '.join(pairs)}.")
     return "\n".join(lines)
 
 
 TABLES: dict[str, Callable[[], str]] = {
-    "hf-overhead": hf_overhead_table,
+    "trainer-overhead": trainer_overhead_table,
     "gpt-char": gpt_char_table,
     "gpt-probe": gpt_probe_table,
     "schedule-shape": shape_table,

@@ -1,25 +1,30 @@
-"""What the plan costs inside Hugging Face's Trainer, per step: the same model, data and steps
-through HF's plain ``Trainer`` (its default optimizer), ``DateTrainer(date=False)`` (the plan's
-optimizer alone), ``DateTrainer(date=True)`` (DATE's ratios over it) and a hand-written loop
-(torch's fused AdamW, the same LR curve, clipping), on two transformers built from configs: a
-GPT-2 (causal LM) and a BERT (masked LM), ~10 M parameters each, one thread.
+"""What a trainer costs per step: the same model, data and steps through HF's plain ``Trainer``
+(its default optimizer), ``DateTrainer(date=False)`` (the plan's optimizer alone),
+``DateTrainer(date=True)`` (DATE's ratios over it), the bundled trainer (``date scale``'s, the
+model as a recipe) and a hand-written loop (torch's fused AdamW, the same LR curve, clipping), on
+two transformers built from configs: a GPT-2 (causal LM) and a BERT (masked LM), ~10 M parameters
+each, one thread.
 
-    OMP_NUM_THREADS=1 python -m benchmarks.hf_overhead [--steps 40] [--repeats 3]
-        [--out docs/results/bench/hf_overhead.json]
+    OMP_NUM_THREADS=1 python -m benchmarks.trainer_overhead [--steps 40] [--repeats 3]
+        [--out docs/results/bench/trainer_overhead.json]
 
 Every (model, way) runs in a fresh process, the ways in turn (each round starting at another),
 ``--repeats`` rounds, so that a slow moment of a noisy machine hits all of them; each process
 times every optimizer step after the first ``WARMUP`` (from one step's end to the next: data,
 forward, backward, clipping, the optimizer and the scheduler) and the optimizer's step alone, and
 reports their medians and its peak resident memory. The plan is
-the baseline's own (batch 8 to batch 8, k = 1): every way trains the same schedule. The result
-per (model, way): the median over rounds of the median step, and its ratio to the plain Trainer
-in the same round.
+the baseline's own (batch 8 to batch 8, k = 1): every way trains the same schedule. The bundled
+trainer runs with its defaults (metrics every 10 steps, a checkpoint at the end, a final
+evaluation on 16 blocks): its steps are timed from one optimizer step's end to the next, as HF's.
+The result per (model, way): the median over rounds of the median step, and its ratio to the
+plain Trainer in the same round.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import platform
@@ -34,7 +39,7 @@ from pathlib import Path
 import torch
 
 BLOCK, BATCH, VOCAB, WARMUP = 128, 8, 96, 5
-WAYS = ("hf", "date-base", "date", "hand")
+WAYS = ("hf", "date-base", "date", "bundled", "hand")
 MODELS = ("gpt2", "bert")
 
 
@@ -95,6 +100,8 @@ def one(model_name: str, way: str, steps: int) -> dict:
         run = plan_for(baseline_from_hf(args, len(data)), batch=BATCH)
         if way == "hand":
             times = _hand_loop(model, data, run, steps)
+        elif way == "bundled":
+            times = _bundled(model_name, steps, Path(out))
         else:
             if way == "hf":
                 trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
@@ -108,6 +115,71 @@ def one(model_name: str, way: str, steps: int) -> dict:
             "optimizer_ms": 1e3 * statistics.median(stepping[WARMUP:]),
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "parameters": sum(p.numel() for p in model.parameters()), "steps": steps}
+
+
+def _recipe(name: str):
+    """The model and its random blocks as a recipe of the bundled trainer (the loss HF's model
+    computes; a final evaluation on 16 blocks)."""
+    from date_engine.recipes import Recipe, RecipeData
+
+    def loss(model, batch, data):
+        return model(**batch).loss
+
+    def evaluate(model, batch, data):
+        return {"nll": model(**batch).loss * len(batch["input_ids"]),
+                "count": len(batch["input_ids"])}
+
+    return Recipe(
+        name=f"{name}-blocks", model_name=f"{name} from its config", dataset_name="random blocks",
+        metric_name="loss", higher_is_better=False, default_micro_batch=BATCH, dataset_size=None,
+        build_model=lambda options: model_for(name),
+        build_data=lambda data, options: RecipeData(Blocks(name == "bert", int(
+            os.environ["TRAINER_OVERHEAD_SAMPLES"])), Blocks(name == "bert", 16)),
+        loss=loss, evaluate=evaluate, metric=lambda stats: stats["nll"] / stats["count"])
+
+
+def gpt2_recipe():
+    return _recipe("gpt2")
+
+
+def bert_recipe():
+    return _recipe("bert")
+
+
+def _bundled(model_name: str, steps: int, out: Path) -> list[float]:
+    """``date scale``'s trainer, in this process, on the model as a recipe: the times at which
+    its optimizer steps ended (the outermost optimizer's, through torch's global hooks)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from date_engine import load_spec
+    from date_engine.train.config import RunConfig
+    from date_engine.train.trainer import run
+
+    samples = BATCH * steps
+    os.environ["TRAINER_OVERHEAD_SAMPLES"] = str(samples)
+    spec_path = out / "spec.yaml"
+    spec_path.write_text(
+        f"recipe: benchmarks.trainer_overhead:{model_name}_recipe\n"
+        f"baseline: {{batch_size: {BATCH}, lr: 1.0e-3, epochs: 1, dataset_size: {samples}, "
+        f"warmup_epochs: 0.1, optimizer: {{name: adamw, weight_decay: 0.1}}}}\n"
+        "train: {grad_clip: 1.0, log_every: 10}\n")
+    spec = load_spec(spec_path)
+    ends: list[float] = []
+    seen: set[int] = set()
+
+    def post(optimizer, args, kwargs):  # one a step: the first optimizer that ends a step
+        if not seen or id(optimizer) in seen:
+            seen.add(id(optimizer))
+            ends.append(time.perf_counter())
+
+    register_optimizer_step_post_hook(post)
+    config = RunConfig(spec=spec.model_dump(mode="json", exclude_none=True),
+                       spec_path=str(spec_path), recipe=spec.recipe, batch=BATCH, world_size=1,
+                       micro_batch=None, output_dir=str(out / "run"))
+    with contextlib.redirect_stdout(io.StringIO()):
+        if run(config) != 0:
+            raise SystemExit("the bundled trainer's run failed")
+    return ends
 
 
 def _time_optimizer_steps() -> list[float]:
@@ -163,7 +235,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40, help="optimizer steps a run")
     parser.add_argument("--repeats", type=int, default=3, help="rounds over every way")
-    parser.add_argument("--out", default="hf_overhead.json", help="where to write the JSON")
+    parser.add_argument("--out", default="trainer_overhead.json", help="where to write the JSON")
     parser.add_argument("--one", nargs=2, metavar=("MODEL", "WAY"), help=argparse.SUPPRESS)
     a = parser.parse_args()
     if a.one:
@@ -175,7 +247,7 @@ def main() -> None:
         for model_name in MODELS:
             row = {}
             for way in WAYS[r % len(WAYS):] + WAYS[:r % len(WAYS)]:  # each round another first
-                done = subprocess.run([sys.executable, "-m", "benchmarks.hf_overhead", "--one",
+                done = subprocess.run([sys.executable, "-m", "benchmarks.trainer_overhead", "--one",
                                        model_name, way, "--steps", str(a.steps)],
                                       capture_output=True, text=True, check=True,
                                       env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -198,7 +270,7 @@ def main() -> None:
                 "peak_rss_mib": statistics.median(row[way]["peak_rss_mib"] for row in mine)})
     import transformers
 
-    document = {"command": " ".join(["python -m benchmarks.hf_overhead", *sys.argv[1:]]),
+    document = {"command": " ".join(["python -m benchmarks.trainer_overhead", *sys.argv[1:]]),
                 "machine": platform.processor() or platform.machine(), "threads": 1,
                 "torch": torch.__version__, "transformers": transformers.__version__,
                 "repeats": a.repeats, "steps": a.steps, "rows": table, "rounds": rounds}
