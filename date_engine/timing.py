@@ -130,7 +130,8 @@ class Bench:
     shard_points: tuple[tuple[int, float], ...] = ()
     """(micro-batch, seconds) the trainer's whole step under fsdp at P processes took beyond the
     plain pass, the modelled gathers and reduce-scatter, the sharded optimizer step and the host
-    work: FSDP2's per-unit gathers, hooks and waits (empty before 0.13 or at one process)."""
+    work: FSDP2's per-unit gathers, hooks and waits (empty at one process, and in a bench.json
+    written before the bench timed it)."""
 
     def check(self, path: Path, recipe: str | None, devices: int, link: Link | None) -> None:
         """Refuse, in one sentence, to forecast ``recipe`` on ``devices`` from this bench: one of

@@ -377,7 +377,9 @@ def test_date_bench_writes_what_the_plan_forecasts_from(tmp_path):
     assert [m for m, _ in bench.host_points] == [16, 64]
     assert all(0 <= h < 1 for _, h in bench.host_points)
     # the sharded step (fsdp over the 2 processes) at every size, and its optimizer step on the
-    # shards' real gradients (no gradients would make it a no-op a fraction of the whole one)
+    # shards' real gradients: a shard is 1/P = 1/2 of every tensor, so that step makes at least
+    # half the whole step's elementwise passes (on the slower multi-tensor path, plus an
+    # all-reduce); without gradients it would skip them all
     assert [m for m, _ in bench.shard_points] == [16, 64]
     assert all(0 <= s < 1 for _, s in bench.shard_points)
     assert bench.sharded_optimizer_seconds > 0.5 * bench.optimizer_seconds

@@ -137,30 +137,32 @@ def measure(config: dict) -> Bench | None:
         # DDP with the agreement's all-reduce, on another copy
         local = replace(rt, backend=None)
         runners = {"whole": _runner(model, recipe, data, local, planned.plan, None)}
+        sharded = None
         if rt.distributed:
             runners["synchronised"] = _runner(model, recipe, data, rt, planned.plan, rt.wrap)
-            runners["sharded"] = _sharded_runner(model, recipe, data, rt, planned.plan)
+            # and that step on a copy sharded with FSDP2, timed in rounds of its own: its gathers
+            # and hooks would slow the plain pass and the step timed after it in a shared round
+            sharded = _sharded_runner(model, recipe, data, rt, planned.plan)
         passes = {}
-        sharded_passes = {}  # timed in rounds of their own: a sharded step's gathers and hooks
-        for micro in config["micro_batches"]:  # would slow the plain pass timed after it
+        for micro in config["micro_batches"]:
             passes["plain", micro] = _pass(model, micro, recipe, data, rt)
             for kind, runner in runners.items():
-                (sharded_passes if kind == "sharded" else passes)[kind, micro] = \
-                    runner.step_at(micro)
+                passes[kind, micro] = runner.step_at(micro)
         align = dist.barrier if rt.distributed else (lambda: None)
         try:
             medians = _median_seconds(passes, repeats, sync, align)
-            if sharded_passes:
-                medians.update(_median_seconds(sharded_passes, repeats, sync, align))
+            if sharded is not None:
+                medians.update(_median_seconds({("sharded", m): sharded.step_at(m)
+                                                for m in config["micro_batches"]},
+                                               repeats, sync, align))
         finally:
-            for runner in runners.values():
+            for runner in [*runners.values(), *([sharded] if sharded else [])]:
                 runner.close()
         steps = _median_seconds({"step": optimizer.step}, repeats, sync, align)
-        if rt.distributed:  # on the gradients of one more pass (its timed steps cleared theirs)
-            sharded = runners["sharded"].steps
-            sharded.forward_backward(_batches(data, config["micro_batches"][0]))
-            steps.update(_median_seconds({"sharded": sharded.optimizer.step}, repeats, sync,
-                                         align))
+        if sharded is not None:  # on one more pass's gradients (its timed steps cleared theirs)
+            sharded.steps.forward_backward(_batches(data, config["micro_batches"][0]))
+            steps.update(_median_seconds({"sharded": sharded.steps.optimizer.step}, repeats,
+                                         sync, align))
         keys = list(medians)
         mine = torch.tensor([medians[k] for k in keys] + [steps["step"], steps.get("sharded", 0)],
                             dtype=torch.float64)
@@ -187,7 +189,8 @@ def measure(config: dict) -> Bench | None:
             box = torch.tensor([medians[size] for size in sizes], dtype=torch.float64)
             dist.all_reduce(box, op=dist.ReduceOp.MAX)  # the slowest process's
             reduced = list(zip(sizes, box.tolist()))
-            del runners  # a DDP reducer holds the process group: gone before the group is left
+            # a DDP reducer and FSDP2's shards hold the process group: gone before it is left
+            del runners, sharded
             dist.barrier()  # leave together: no process tears down while another still talks
         if not rt.is_main:
             return None
