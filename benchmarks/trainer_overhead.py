@@ -89,7 +89,7 @@ def one(model_name: str, way: str, steps: int) -> dict:
     data = Blocks(model_name == "bert", BATCH * (steps + 1))
     model = model_for(model_name)
     times: list[float] = []
-    stepping = _time_optimizer_steps()
+    stepping, ends = _time_optimizer_steps()
 
     class Clock(transformers.TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
@@ -101,7 +101,8 @@ def one(model_name: str, way: str, steps: int) -> dict:
         if way == "hand":
             times = _hand_loop(model, data, run, steps)
         elif way == "bundled":
-            times = _bundled(model_name, steps, Path(out))
+            _bundled(model_name, steps, Path(out))
+            times = ends
         else:
             if way == "hf":
                 trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
@@ -117,9 +118,9 @@ def one(model_name: str, way: str, steps: int) -> dict:
             "parameters": sum(p.numel() for p in model.parameters()), "steps": steps}
 
 
-def _recipe(name: str):
-    """The model and its random blocks as a recipe of the bundled trainer (the loss HF's model
-    computes; a final evaluation on 16 blocks)."""
+def _recipe(name: str, samples: int):
+    """The model and ``samples`` random blocks as a recipe of the bundled trainer (the loss HF's
+    model computes; a final evaluation on 16 blocks)."""
     from date_engine.recipes import Recipe, RecipeData
 
     def loss(model, batch, data):
@@ -133,64 +134,46 @@ def _recipe(name: str):
         name=f"{name}-blocks", model_name=f"{name} from its config", dataset_name="random blocks",
         metric_name="loss", higher_is_better=False, default_micro_batch=BATCH, dataset_size=None,
         build_model=lambda options: model_for(name),
-        build_data=lambda data, options: RecipeData(Blocks(name == "bert", int(
-            os.environ["TRAINER_OVERHEAD_SAMPLES"])), Blocks(name == "bert", 16)),
+        build_data=lambda data, options: RecipeData(Blocks(name == "bert", samples),
+                                                    Blocks(name == "bert", 16)),
         loss=loss, evaluate=evaluate, metric=lambda stats: stats["nll"] / stats["count"])
 
 
-def gpt2_recipe():
-    return _recipe("gpt2")
-
-
-def bert_recipe():
-    return _recipe("bert")
-
-
-def _bundled(model_name: str, steps: int, out: Path) -> list[float]:
-    """``date scale``'s trainer, in this process, on the model as a recipe: the times at which
-    its optimizer steps ended (the outermost optimizer's, through torch's global hooks)."""
-    from torch.optim.optimizer import register_optimizer_step_post_hook
-
+def _bundled(model_name: str, steps: int, out: Path) -> None:
+    """``date scale``'s trainer, in this process, on the model as a recipe registered here."""
     from date_engine import load_spec
+    from date_engine.recipes import register_recipe
     from date_engine.train.config import RunConfig
     from date_engine.train.trainer import run
 
     samples = BATCH * steps
-    os.environ["TRAINER_OVERHEAD_SAMPLES"] = str(samples)
+    register_recipe(f"{model_name}-blocks")(lambda: _recipe(model_name, samples))
     spec_path = out / "spec.yaml"
     spec_path.write_text(
-        f"recipe: benchmarks.trainer_overhead:{model_name}_recipe\n"
+        f"recipe: {model_name}-blocks\n"
         f"baseline: {{batch_size: {BATCH}, lr: 1.0e-3, epochs: 1, dataset_size: {samples}, "
         f"warmup_epochs: 0.1, optimizer: {{name: adamw, weight_decay: 0.1}}}}\n"
         "train: {grad_clip: 1.0, log_every: 10}\n")
     spec = load_spec(spec_path)
-    ends: list[float] = []
-    seen: set[int] = set()
-
-    def post(optimizer, args, kwargs):  # one a step: the first optimizer that ends a step
-        if not seen or id(optimizer) in seen:
-            seen.add(id(optimizer))
-            ends.append(time.perf_counter())
-
-    register_optimizer_step_post_hook(post)
     config = RunConfig(spec=spec.model_dump(mode="json", exclude_none=True),
                        spec_path=str(spec_path), recipe=spec.recipe, batch=BATCH, world_size=1,
                        micro_batch=None, output_dir=str(out / "run"))
     with contextlib.redirect_stdout(io.StringIO()):
         if run(config) != 0:
             raise SystemExit("the bundled trainer's run failed")
-    return ends
 
 
-def _time_optimizer_steps() -> list[float]:
-    """Seconds of every optimizer step from here on (the outermost torch optimizer's: DATE's,
-    not the AdamW it steps inside), through torch's global step hooks."""
+def _time_optimizer_steps() -> tuple[list[float], list[float]]:
+    """Seconds of every optimizer step from here on, and the moments each ended (the outermost
+    torch optimizer's: DATE's, not the AdamW it steps inside), through torch's global step
+    hooks."""
     from torch.optim.optimizer import (
         register_optimizer_step_post_hook,
         register_optimizer_step_pre_hook,
     )
 
     seconds: list[float] = []
+    ends: list[float] = []
     inside: list[tuple[object, float]] = []
 
     def pre(optimizer, args, kwargs):
@@ -199,11 +182,12 @@ def _time_optimizer_steps() -> list[float]:
 
     def post(optimizer, args, kwargs):
         if inside and inside[0][0] is optimizer:
-            seconds.append(time.perf_counter() - inside.pop()[1])
+            ends.append(time.perf_counter())
+            seconds.append(ends[-1] - inside.pop()[1])
 
     register_optimizer_step_pre_hook(pre)
     register_optimizer_step_post_hook(post)
-    return seconds
+    return seconds, ends
 
 
 def _hand_loop(model, data, run, steps: int) -> list[float]:
