@@ -110,7 +110,7 @@ def plan_command(
     bench: o.BenchOpt = None, baseline_devices: o.BaselineDevicesOpt = None, link: o.LinkOpt = None,
     emit: o.EmitOpt = None, device_memory: o.DeviceMemoryOpt = None, nnodes: o.NnodesOpt = 1,
     from_config: o.FromOpt = None, train_samples: o.TrainSamplesOpt = None,
-    command: o.CommandOpt = None,
+    command: o.CommandOpt = None, cpus_per_process: o.CpusOpt = 1,
 ) -> None:
     """Show every number DATE derives for BATCH, with its formula, before any training: by
     default the optimizer family's rule (k^p·η0 and the optimizer's batch-dependent settings);
@@ -143,7 +143,7 @@ def plan_command(
                 spec_call, planned, list(overrides or ()), probe and str(probe.absolute()), budget),
                 from_config is None and scale_args(str(spec_arg), batch, micro_batch, overrides,
                                                    probe, budget, parallel), nnodes, recipe,
-                command, _command_line("plan"))
+                command, _command_line("plan"), cpus_per_process)
         others = {name: plan_for(scheme_spec(spec, SCHEMES[name]), size, devices=world,
                                  micro_batch=micro_batch, recipe=recipe).plan
                   for name in ("paper" if spec.date.rule == "date" else "date", "linear")

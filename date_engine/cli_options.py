@@ -211,6 +211,9 @@ CommandOpt = Annotated[Optional[str], opt(
     "--command", help="With a job --emit: the job runs this command (your own training script, "
     "e.g. 'python train.py') under torchrun instead of date scale; with --from a TrainingArguments "
     "file, the plan's hf-args flags follow it.")]
+CpusOpt = Annotated[int, opt(
+    "--cpus-per-process", min=1, help="With a job --emit: CPU cores each training process gets "
+    "(its data loading and host work); Slurm's --cpus-per-task.")]
 
 # ---------------------------------------------------------------------- the other commands' own
 

@@ -142,7 +142,7 @@ def test_a_command_runs_under_torchrun_with_the_hf_flags_of_a_from_baseline(tmp_
                            "train.py"] and command[6] == "-v"
     flags = shlex.split(" ".join(runner.invoke(app, [*base, "--emit", "hf-args"]).stdout.split(
         "\\\n")))
-    assert command[7:] == flags
+    assert command[7:-2] == flags and command[-2:] == ["--output_dir", "runs/run-B64"]
     parser = transformers.HfArgumentParser(transformers.TrainingArguments)
     parsed, = parser.parse_args_into_dataclasses(["--output_dir", str(tmp_path), *flags])
     run = plan_for(baseline_from_file(tmp_path / "args.json", 1000), 64, devices=4)

@@ -218,15 +218,20 @@ def _timm_schedule(args: Mapping[str, Any]) -> dict[str, Any]:
                     f"cosine, poly, step and multistep.")
 
 
-def baseline_from_file(path: Path, train_samples: int, world_size: int = 1) -> Spec:
-    """The baseline of a run's own configuration file: ``*.json`` — HF's TrainingArguments as
-    ``to_json_string()`` writes them; ``*.yaml``/``*.yml`` — timm's args.yaml."""
+def baseline_from_file(path: str | Path, train_samples: int, world_size: int = 1) -> Spec:
+    """The baseline of a run's own configuration file (a path, as str or Path): ``*.json`` — HF's
+    TrainingArguments as ``to_json_string()`` writes them; ``*.yaml``/``*.yml`` — timm's
+    args.yaml."""
     import json
 
     import yaml
 
     from date_engine.files import read_small_text
 
+    if not isinstance(path, (str, Path)) or not str(path).strip():
+        raise SpecError(f"baseline_from_file: path must be the configuration file's path (str or "
+                        f"Path), got {path!r}.")
+    path = Path(path)
     text = read_small_text(path, "--from", "give the TrainingArguments JSON "
                            "(args.to_json_string()) or timm's args.yaml", error=SpecError)
     if path.suffix == ".json":

@@ -81,7 +81,7 @@ def emitted(target: str, run: RunPlan, call: str) -> str:
 def scale_args(spec: str, batch: str, micro_batch: int | None, overrides: list[str] | None,
                probe: Path | None, budget: str | None, parallel: str | None) -> list[str]:
     """The ``date scale`` arguments that train the plan ``date plan`` was given."""
-    args = [spec, "--batch", batch]
+    args = [_shipped_name(spec), "--batch", batch]
     for name, value in (("--micro-batch", micro_batch), ("--probe", probe and probe.absolute()),
                         ("--budget", budget), ("--parallel", parallel)):
         if value is not None:
@@ -91,18 +91,32 @@ def scale_args(spec: str, batch: str, micro_batch: int | None, overrides: list[s
     return args
 
 
+def _shipped_name(spec: str) -> str:
+    """``spec`` as the shipped baseline's name where it is the path of one (recipes/x.yaml in a
+    checkout: the name works wherever date_engine is installed, the path only there)."""
+    from date_engine.spec import shipped_specs
+
+    try:
+        resolved = Path(spec).resolve()
+    except (OSError, RuntimeError):
+        return spec
+    return next((name for name, path in shipped_specs().items()
+                 if Path(path).resolve() == resolved), spec)
+
+
 def _imports(call: str, names: str) -> str:
     return f"baseline_from_file, {names}" if call.startswith("plan_for(baseline_from_file") \
         else names
 
 
 def print_emitted(target: str, run: RunPlan, call: str, job: list[str] | bool, nodes: int,
-                  recipe: Any, command: str | None = None, typed: str = "") -> None:
+                  recipe: Any, command: str | None = None, typed: str = "",
+                  cpus_per_process: int = 1) -> None:
     """``date plan --emit TARGET``: the settings on stdout, ready to paste; on stderr, in one
     line, what they cannot carry. A job (slurm, k8s) trains ``date scale job`` on ``nodes`` nodes,
     a run of ``recipe`` (``job`` False: the baseline came from another trainer's configuration,
     whose script ``command`` runs, followed by the hf-args flags); ``typed`` is the command line
-    that asked for it."""
+    that asked for it; ``cpus_per_process``: the cores each process of a job gets."""
     import sys
 
     if target not in EMIT_TARGETS:
@@ -113,7 +127,8 @@ def print_emitted(target: str, run: RunPlan, call: str, job: list[str] | bool, n
         flags = hf_flags(run) if command is not None and job is False else []
         scale = job if job and recipe is not None else None
         planned = job_for(run, target, nodes, typed or f"date plan --emit {target}",
-                          recipe.name if recipe is not None else "run", scale, command, flags)
+                          recipe.name if recipe is not None else "run", scale, command, flags,
+                          cpus_per_process)
         print((slurm_script if target.startswith("slurm") else k8s_manifest)(planned))
         return
     if command is not None:
