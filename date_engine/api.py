@@ -178,10 +178,12 @@ def optimizer_for(model: torch.nn.Module | Iterable[Any], run: RunPlan | Plan, *
                                 plan.peak_lr, plan.optimizer.decay_exempt)
 
 
-def scheduler_for(optimizer: torch.optim.Optimizer, run: RunPlan | Plan
+def scheduler_for(optimizer: torch.optim.Optimizer, run: RunPlan | Plan, *, replan: bool = False
                   ) -> torch.optim.lr_scheduler.LRScheduler:
     """The plan's LR schedule over ``optimizer``: step it once per optimizer step (not per
-    micro-batch, not per process); optimizer step s (from 1) runs at ``plan.lr(s)``."""
+    micro-batch, not per process); optimizer step s (from 1) runs at ``plan.lr(s)``. Its state
+    carries the plan's id: loading a state saved under another plan is refused, unless
+    ``replan`` (continue at the step of this plan that has trained on as many samples)."""
     import torch
 
     from date_engine.schedule import plan_scheduler
@@ -189,7 +191,8 @@ def scheduler_for(optimizer: torch.optim.Optimizer, run: RunPlan | Plan
     plan = _plan(run, "scheduler_for")
     expect(optimizer, torch.optim.Optimizer, "scheduler_for: optimizer",
            "the torch optimizer to schedule (optimizer_for(model, run))")
-    return plan_scheduler(optimizer, plan)
+    expect(replan, bool, "scheduler_for: replan", "True or False")
+    return plan_scheduler(optimizer, plan, replan)
 
 
 def _tensors(params: list[Any]) -> Iterable[Any]:

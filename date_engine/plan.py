@@ -329,6 +329,22 @@ class Plan:
 
     # ---------------------------------------------------------------- as JSON
 
+    @property
+    def identity(self) -> str:
+        """A short id of everything the plan derived (:meth:`to_dict`): two plans train alike
+        exactly when their ids agree. Schedulers' checkpoints carry it, so that a run is resumed
+        under the plan it was trained with (the batch's split over devices is not part of it)."""
+        import hashlib
+        import json
+
+        text = json.dumps(self.to_dict(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def summary(self) -> dict[str, Any]:
+        """The plan in the numbers a person tells plans apart by: its id, batch, steps, peak LR."""
+        return {"id": self.identity, "batch": self.target_batch,
+                "steps": self.total_iterations, "peak_lr": self.peak_lr}
+
     def to_dict(self) -> dict[str, Any]:
         """The plan's fields plus its phases, as JSON values (lists, not tuples): equal to its own
         JSON round trip."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from date_engine.errors import DateError
 from date_engine.plan import Plan
 
 __all__ = ["PlanScheduler", "plan_scheduler", "set_lr"]
@@ -19,12 +20,16 @@ __all__ = ["PlanScheduler", "plan_scheduler", "set_lr"]
 
 class PlanScheduler(torch.optim.lr_scheduler.LRScheduler):
     """:func:`set_lr` as a torch LR scheduler: built, it sets optimizer step 1's LR; each
-    ``step()`` sets the next step's. Its state dict is the step count alone (plain numbers, so a
-    checkpoint loads with ``torch.load(weights_only=True)``); the plan comes from the code that
-    builds it, as the optimizer does."""
+    ``step()`` sets the next step's. Its state dict is the step count and the plan's
+    :meth:`~date_engine.plan.Plan.summary` (plain values, so a checkpoint loads with
+    ``torch.load(weights_only=True)``): a state saved under another plan is refused when loaded,
+    unless ``replan`` — then the run continues at the step of this plan that has trained on as many
+    samples as the saved one had (HF's Trainer, Lightning and accelerate save and load this state
+    with their checkpoints)."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, plan: Plan) -> None:
-        self.plan = plan
+    def __init__(self, optimizer: torch.optim.Optimizer, plan: Plan,
+                 replan: bool = False) -> None:
+        self.plan, self.replan = plan, replan
         super().__init__(optimizer)
 
     def step(self, epoch: Any = None) -> None:
@@ -37,17 +42,55 @@ class PlanScheduler(torch.optim.lr_scheduler.LRScheduler):
         return [group["lr"] for group in self.optimizer.param_groups]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"last_epoch": self.last_epoch, "_step_count": self._step_count}
+        return {"last_epoch": self.last_epoch, "_step_count": self._step_count,
+                "plan": self.plan.summary(),
+                "samples": int(self.plan.samples_through(max(self.last_epoch, 0)))}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.last_epoch = state_dict["last_epoch"] - 1
-        self._step_count = state_dict["_step_count"] - 1
+        step = resumed_step(self.plan, state_dict, self.replan)
+        saved = state_dict.get("plan")
+        if saved is not None and saved["id"] != self.plan.identity:
+            # replanned: the optimizer's groups were loaded with the saved plan's settings
+            for group in self.optimizer.param_groups:
+                if "initial_lr" in group:
+                    group["initial_lr"] *= self.plan.peak_lr / saved["peak_lr"]
+                _set_options(group, self.plan.optimizer.options)
+        self.last_epoch = step - 1
+        self._step_count = state_dict["_step_count"] - state_dict["last_epoch"] + step - 1
         self.step()
 
 
-def plan_scheduler(optimizer: torch.optim.Optimizer, plan: Plan) -> PlanScheduler:
+def plan_scheduler(optimizer: torch.optim.Optimizer, plan: Plan,
+                   replan: bool = False) -> PlanScheduler:
     """The plan's LR on ``optimizer`` at every optimizer step (:class:`PlanScheduler`)."""
-    return PlanScheduler(optimizer, plan)
+    return PlanScheduler(optimizer, plan, replan)
+
+
+def resumed_step(plan: Plan, state: dict[str, Any], replan: bool = False) -> int:
+    """The optimizer steps of ``plan`` done at the scheduler state ``state``: its own count when
+    it was saved under ``plan`` (or by a version that saved no plan); else, with ``replan``, the
+    most steps of ``plan`` that train on no more samples than the saved run had; else a
+    DateError naming both plans."""
+    saved = state.get("plan")
+    if saved is None or saved.get("id") == plan.identity:
+        return state["last_epoch"]
+    if not replan:
+        raise DateError(f"this checkpoint was trained under another plan ({describe(saved)}) "
+                        f"than the one given ({describe(plan.summary())}); resume it with its "
+                        f"own plan, or continue under the new one on purpose with replan=True "
+                        f"(from its step that has trained on as many samples).")
+    samples = state["samples"]
+    low, high = 0, plan.total_iterations  # the last step whose samples do not pass the saved
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if plan.samples_through(mid) <= samples else (low, mid - 1)
+    return low
+
+
+def describe(summary: dict[str, Any]) -> str:
+    """A plan's summary in words: 'batch 128, 50 steps, peak LR 0.002, id 3fa…'."""
+    return (f"batch {summary['batch']}, {summary['steps']} steps, peak LR "
+            f"{summary['peak_lr']:.6g}, id {summary['id']}")
 
 
 def set_lr(optimizer: torch.optim.Optimizer, plan: Plan, step: int) -> float:
@@ -65,9 +108,15 @@ def set_lr(optimizer: torch.optim.Optimizer, plan: Plan, step: int) -> float:
         initial = group.setdefault("initial_lr", group["lr"])
         group["lr"] = lr if initial == plan.peak_lr else initial * lr / plan.peak_lr
         if stage is not None:  # a batch ramp: the optimizer's values derived at this batch
-            group.update((k, _like(group[k], v)) for k, v in stage.options.items() if k in group
-                         and not (k == "weight_decay" and group.get("decay_exempt")))
+            _set_options(group, stage.options)
     return lr
+
+
+def _set_options(group: dict[str, Any], options: dict[str, Any]) -> None:
+    """The plan's optimizer ``options`` (β2, ε, λ, ...) in a param group that has them; a group
+    exempt from weight decay keeps its none."""
+    group.update((k, _like(group[k], v)) for k, v in options.items() if k in group
+                 and not (k == "weight_decay" and group.get("decay_exempt")))
 
 
 def _like(current, value):

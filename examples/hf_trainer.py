@@ -7,8 +7,9 @@ TrainingArguments, and DATE's optimizer with the plan's LR curve through DateTra
     torchrun --nproc-per-node 2 examples/hf_trainer.py runs/hf   # resumable, in runs/hf
 
 Given a folder, the run saves a checkpoint there each fifth of its steps and, started again (a
-requeued job, say), continues from the newest one: the plan's LR at every later step, the weights
-of a run never stopped. It writes the trained weights to final.pt.
+requeued job, say), continues from the newest complete one (a save cut short by a kill is passed
+over): the plan's LR at every later step, the weights of a run never stopped. It writes the
+trained weights to final.pt.
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ import sys
 import tempfile
 
 import torch
-from transformers.trainer_utils import get_last_checkpoint
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _digits beside this file
 from _digits import MLP, digits, plan
 
-from date_engine.integrations.hf import DateTrainer, training_arguments
+from date_engine.integrations.hf import DateTrainer, last_checkpoint, training_arguments
 
 
 def main(folder: str | None = None) -> float:
@@ -39,8 +39,7 @@ def main(folder: str | None = None) -> float:
                                   seed=0, data_seed=0)
         trainer = DateTrainer(model=MLP(), args=args, train_dataset=train, plan=run)
         # HF's own checkpoint: weights, optimizer, the plan's step, RNG and the data's position
-        resume = folder and os.path.isdir(folder) and get_last_checkpoint(folder)
-        trainer.train(resume_from_checkpoint=resume or None)
+        trainer.train(resume_from_checkpoint=folder and last_checkpoint(folder))
     model = trainer.model
     if folder and trainer.is_world_process_zero():
         torch.save(model.state_dict(), os.path.join(folder, "final.pt"))

@@ -474,7 +474,8 @@ def test_each_example_runs_on_one_process(example):
 def test_a_date_trainer_run_resumed_from_its_own_checkpoint_ends_where_the_whole_run_does(
         tmp_path):
     """HF's Trainer saves the plan's scheduler with its checkpoint and loads it with
-    torch.load(weights_only=True): its state is the step count alone, and the resumed run
+    torch.load(weights_only=True): its state is the step count and the plan's summary (plain
+    values), every checkpoint ends with DateTrainer's completion mark, and the resumed run
     retraces the uninterrupted one bit for bit (same process, same order of operations)."""
     pytest.importorskip("transformers")
     from date_engine.integrations.hf import DateTrainer, training_arguments
@@ -489,8 +490,12 @@ def test_a_date_trainer_run_resumed_from_its_own_checkpoint_ends_where_the_whole
     whole.train()
     resumed = DateTrainer(model=_digits.MLP(), args=args, train_dataset=train, plan=run)
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-20"))
-    assert resumed.lr_scheduler.state_dict() == {"last_epoch": run.last_step,
-                                                 "_step_count": run.last_step + 1}
+    assert resumed.lr_scheduler.state_dict() == {
+        "last_epoch": run.last_step, "_step_count": run.last_step + 1,
+        "plan": run.plan.summary(), "samples": run.last_step * run.split.batch}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-10", "checkpoint-20",
+                                                          "checkpoint-30", "checkpoint-32"]
+    assert all((p / "date_complete.json").is_file() for p in tmp_path.iterdir())
     assert resumed.optimizer.param_groups[0]["lr"] == run.plan.lr(run.last_step + 1)
     for name, value in whole.model.state_dict().items():
         assert torch.equal(value, resumed.model.state_dict()[name]), name

@@ -19,7 +19,8 @@ from typing import Any
 from date_engine.errors import SpecError
 from date_engine.spec import Spec, parse_spec
 
-__all__ = ["baseline_from_file", "baseline_from_hf", "baseline_from_timm", "hf_steps"]
+__all__ = ["baseline_from_file", "baseline_from_hf", "baseline_from_timm", "hf_optimizer_name",
+           "hf_steps"]
 
 _OPTIMIZERS = {"adamw": "adamw", "sgd": "sgd", "adagrad": "adagrad", "rmsprop": "rmsprop"}
 """HF's ``optim`` names (by prefix: ``adamw_torch``, ``adamw_torch_fused``, ...) -> catalog names
@@ -88,9 +89,15 @@ def baseline_from_hf(args: Any, train_samples: int, world_size: int = 1) -> Spec
     return parse_spec(raw, source="TrainingArguments")
 
 
+def hf_optimizer_name(optim: str) -> str | None:
+    """The catalog's name of the update HF's ``optim`` runs (by prefix: ``adamw_torch_fused`` ->
+    adamw), or None where none here is the same."""
+    return next((ours for theirs, ours in _OPTIMIZERS.items() if optim.startswith(theirs)), None)
+
+
 def _optimizer(args: Any) -> dict[str, Any]:
     optim = str(_value(args, "optim", "adamw_torch"))
-    name = next((ours for theirs, ours in _OPTIMIZERS.items() if optim.startswith(theirs)), None)
+    name = hf_optimizer_name(optim)
     if name is None:
         raise SpecError(f"TrainingArguments: optim {optim!r} has no counterpart here; train the "
                         f"baseline with one of adamw_torch, sgd, adagrad, rmsprop, or describe it "

@@ -29,7 +29,11 @@ measures the gradient noise scale during the baseline's own run and writes probe
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
+import re
+from pathlib import Path
 from typing import Any
 
 from date_engine.errors import DateError, expect
@@ -39,7 +43,7 @@ from date_engine.runplan import RunPlan
 transformers = require("transformers", "hf")
 require("accelerate", "hf")
 
-__all__ = ["DateProbe", "DateTrainer", "training_arguments"]
+__all__ = ["DateProbe", "DateTrainer", "last_checkpoint", "training_arguments"]
 
 _PLAN_ARGS = "training_arguments(run, base=args) sets them"
 
@@ -66,20 +70,55 @@ def training_arguments(run: RunPlan, output_dir: str | None = None, *, base: Any
     return transformers.TrainingArguments(**fields)
 
 
+COMPLETE = "date_complete.json"
+"""Written last into each checkpoint folder :class:`DateTrainer` saves (the plan's summary): a
+folder without it, beside folders with it, was cut short and is never resumed from."""
+
+
+def last_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The newest complete ``checkpoint-N`` folder in ``output_dir`` (None if there is none): what
+    a requeued job resumes from. Where any folder carries DateTrainer's completion mark, only those
+    that do count; otherwise those HF finished (its trainer_state.json is written after the
+    weights, optimizer and scheduler). A folder passed over is named in a warning."""
+    import warnings
+
+    folder = Path(output_dir)
+    if not folder.is_dir():
+        return None
+    found = sorted((int(m.group(1)), p) for p in folder.iterdir()
+                   if p.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", p.name)))
+    mark = COMPLETE if any((p / COMPLETE).is_file() for _, p in found) else "trainer_state.json"
+    for _, path in reversed(found):
+        if (path / mark).is_file():
+            return str(path)
+        warnings.warn(f"{path}: cut short while it was saved (no {mark}); resuming from an "
+                      f"earlier checkpoint.", stacklevel=2)
+    return None
+
+
 class DateTrainer(transformers.Trainer):
     """``transformers.Trainer`` that trains with a date_engine plan: ``plan=`` a RunPlan (from
     ``date_engine.plan_for``). ``date``: DATE's per-layer ratios over the base optimizer (True)
     or the base optimizer alone (False); by default the adapters' measured choice,
-    :data:`~date_engine.integrations.ADAPTER_RATIOS` (docs/integrations.md)."""
+    :data:`~date_engine.integrations.ADAPTER_RATIOS` (docs/integrations.md).
+
+    Before the first step it refuses, in one sentence naming both values, every argument that
+    contradicts the plan (:meth:`check_plan`), and a checkpoint saved under another plan, unless
+    ``replan=True``: then the run continues at the step of this plan that has trained on as many
+    samples. ``resume_from_checkpoint=True`` takes the newest complete checkpoint
+    (:func:`last_checkpoint`); each checkpoint it saves ends with a completion mark."""
 
     def __init__(self, *args: Any, plan: RunPlan, date: bool | None = None,
-                 **kwargs: Any) -> None:
+                 replan: bool = False, **kwargs: Any) -> None:
         expect(plan, RunPlan, "DateTrainer: plan", "a RunPlan (date_engine.plan_for(...))")
         expect(date, (bool, type(None)), "DateTrainer: date", "True, False or None")
+        expect(replan, bool, "DateTrainer: replan", "True or False")
         if kwargs.get("optimizers", (None, None)) != (None, None):
             raise DateError("DateTrainer builds the plan's optimizer and scheduler; leave "
                             "optimizers= out.")
-        self.plan, self.use_date = plan, ADAPTER_RATIOS if date is None else date
+        self.plan, self.use_date, self.replan = plan, ADAPTER_RATIOS if date is None else date, \
+            replan
+        self._replanned_step: int | None = None
         super().__init__(*args, **kwargs)
 
     def create_optimizer(self, model: Any = None) -> Any:
@@ -94,17 +133,60 @@ class DateTrainer(transformers.Trainer):
         from date_engine.api import scheduler_for
 
         if self.lr_scheduler is None:
-            self.lr_scheduler = scheduler_for(optimizer or self.optimizer, self.plan)
+            self.lr_scheduler = scheduler_for(optimizer or self.optimizer, self.plan,
+                                              replan=self.replan)
             self._created_lr_scheduler = True
         return self.lr_scheduler
 
-    def train(self, *args: Any, **kwargs: Any) -> Any:
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any,
+              **kwargs: Any) -> Any:
         self.check_plan()
-        return super().train(*args, **kwargs)
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = last_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise DateError(f"resume_from_checkpoint=True: {self.args.output_dir} holds no "
+                                f"complete checkpoint; start the run with "
+                                f"resume_from_checkpoint=None.")
+        if resume_from_checkpoint:
+            self._replanned_step = self._check_checkpoint(str(resume_from_checkpoint))
+        return super().train(resume_from_checkpoint or None, *args, **kwargs)
+
+    def _check_checkpoint(self, path: str) -> int | None:
+        """Refuse a checkpoint saved under another plan (unless ``replan``); the step of this
+        plan the run continues at where it was replanned, else None."""
+        import torch
+
+        from date_engine.schedule import resumed_step
+
+        state_file = Path(path) / "scheduler.pt"
+        if not state_file.is_file():
+            raise DateError(f"{path}: no scheduler.pt, so not a checkpoint HF's Trainer saved "
+                            f"whole; give a checkpoint-N folder it wrote.")
+        state = torch.load(state_file, weights_only=True)
+        step = resumed_step(self.plan.plan, state, self.replan)
+        return None if step == state["last_epoch"] else step
+
+    def _init_training_state(self, max_steps: int, steps_per_epoch: int, *rest: Any) -> Any:
+        epochs, skipped = super()._init_training_state(max_steps, steps_per_epoch, *rest)
+        step = self._replanned_step
+        if step is None:
+            return epochs, skipped
+        # continued under a new plan: at its step that has trained on as many samples, the
+        # data's position counted in its batches
+        self.state.global_step = step
+        skipped = 0 if self.args.ignore_data_skip else \
+            (step % steps_per_epoch) * self.args.gradient_accumulation_steps
+        return step // steps_per_epoch, skipped
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = Path(self._get_output_dir(trial)) / f"checkpoint-{self.state.global_step}"
+            write_durably(folder / COMPLETE, json.dumps(self.plan.plan.summary()))
 
     def check_plan(self) -> None:
         """Refuse, in one sentence with the values to set, settings that train another batch,
-        another number of steps or another LR curve than the plan's."""
+        another number of steps, another LR curve, optimizer or clipping than the plan's."""
         a = self.args
         if a.auto_find_batch_size:
             raise DateError("auto_find_batch_size halves the per-device batch without raising "
@@ -126,6 +208,19 @@ class DateTrainer(transformers.Trainer):
             raise DateError(f"the Trainer's arguments contradict the plan's LR curve, which "
                             f"DateTrainer trains instead: {'; '.join(contradictions)} "
                             f"({_PLAN_ARGS}).")
+        if contradictions := _optimizer_contradictions(a, self.plan, want):
+            raise DateError(f"the Trainer's arguments contradict the plan's optimizer or "
+                            f"clipping: {'; '.join(contradictions)} ({_PLAN_ARGS}).")
+
+
+def write_durably(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file, flushed to disk, then renamed."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def _lr_contradictions(args: Any, want: dict[str, Any]) -> list[str]:
@@ -140,6 +235,44 @@ def _lr_contradictions(args: Any, want: dict[str, Any]) -> list[str]:
     warmup = args.get_warmup_steps(want["max_steps"])
     if warmup != want["warmup_steps"]:
         out.append(f"{warmup} warmup steps (the plan: {want['warmup_steps']})")
+    return out
+
+
+def _optimizer_contradictions(args: Any, run: RunPlan, want: dict[str, Any]) -> list[str]:
+    """The arguments of ``args`` that HF's loop or optimizer would use against the plan, as
+    'name X (the plan: Y)': the clipping (HF's loop clips with max_grad_norm), the optimizer
+    named by ``optim`` where it is not HF's default, β, ε, λ and the schedule's kwargs."""
+    from date_engine.integrations.configs import hf_optimizer_name
+
+    defaults = {f.name: f.default for f in dataclasses.fields(transformers.TrainingArguments)}
+    options, name = run.plan.optimizer.options, run.plan.optimizer.name
+    out = []
+
+    def differs(field: str, planned: Any, shown: Any = None) -> None:
+        given = getattr(args, field)
+        if not math.isclose(float(given), float(planned), rel_tol=1e-9, abs_tol=0.0):
+            out.append(f"{field} {given!r} (the plan: {repr(planned) if shown is None else shown})")
+
+    differs("max_grad_norm", want["max_grad_norm"],
+            None if want["max_grad_norm"] else "0.0, no clipping")
+    optim = str(getattr(args.optim, "value", args.optim))
+    default = str(getattr(defaults["optim"], "value", defaults["optim"]))
+    theirs = hf_optimizer_name(optim)
+    same = theirs == name or (theirs == "adamw" and name == "adam"
+                              and not options.get("weight_decay"))
+    if optim != default and not same:
+        out.append(f"optim {optim!r} (the plan trains {name}, which DateTrainer builds)")
+    betas = options.get("betas") or (defaults["adam_beta1"], defaults["adam_beta2"])
+    differs("adam_beta1", betas[0])
+    differs("adam_beta2", betas[1])
+    differs("adam_epsilon", options.get("eps", defaults["adam_epsilon"]))
+    differs("weight_decay", options.get("weight_decay", 0.0))
+    kwargs = args.lr_scheduler_kwargs or {}
+    if isinstance(kwargs, str):
+        kwargs = json.loads(kwargs or "{}")
+    if dict(kwargs) != want.get("lr_scheduler_kwargs", {}):
+        out.append(f"lr_scheduler_kwargs {dict(kwargs)!r} (the plan: "
+                   f"{want.get('lr_scheduler_kwargs', {})!r})")
     return out
 
 
