@@ -20,6 +20,7 @@ __all__ = [
     "output_file",
     "output_folder",
     "parse_size",
+    "writable_file",
 ]
 
 BACKENDS = ("gloo", "nccl", "mpi")
@@ -58,6 +59,18 @@ def output_file(path: str | Path, option: str, suffixes: tuple[str, ...]) -> Pat
         raise DateError(f"{option} {path}: the folder {path.parent} does not exist; create it "
                         "first.")
     _writable_ancestor(path.parent, path, option)
+    return path
+
+
+def writable_file(path: str | Path, where: str) -> Path:
+    """``path`` as a file that can be written when work ends (its folders made then): not a
+    folder, under a folder this process can write in. Checked before the work, so that none is
+    lost to a path that cannot be written."""
+    path = Path(path)
+    if not str(path).strip() or path.is_dir() or not path.name:
+        raise DateError(f"{where} {path}: is a folder or empty; give a file name such as "
+                        f"probe.json.")
+    _writable_ancestor(path.parent, path, where)
     return path
 
 

@@ -155,3 +155,24 @@ def test_checkpoints_without_marks_count_when_hf_finished_them(saved, tmp_path):
     assert last_checkpoint(tmp_path / "nothing") is None
     with pytest.raises(DateError, match="holds no complete checkpoint"):
         _trainer(_digits.plan(devices=1), tmp_path / "empty").train(resume_from_checkpoint=True)
+
+
+@pytest.mark.parametrize("path, share, says", [
+    ("a-file/probe.json", None, "is a file, so no folder can be made under it"),
+    (".", None, "is a folder"),
+    ("probe.json", "0.5", "DateProbe: share must be the share of the baseline's steps"),
+    ("probe.json", 0.0, "share must be a fraction"),
+    ("probe.json", float("nan"), "share must be a fraction"),
+])
+def test_a_probe_that_could_not_be_written_is_refused_before_the_run(tmp_path, monkeypatch,
+                                                                     path, share, says):
+    """DateProbe checks where it will write before the run it measures, not after it."""
+    from date_engine.integrations.hf import DateProbe
+    from date_engine.integrations.lightning import DateProbe as LightningProbe
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(DateError, match=says):
+        DateProbe(path, train_samples=1024, share=share)
+    with pytest.raises(DateError, match=says):
+        LightningProbe(path, "lenet-digits", share=share)

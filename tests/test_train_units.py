@@ -119,7 +119,8 @@ def test_checkpoints_are_kept_newest_first_and_a_damaged_one_is_skipped(tmp_path
     (tmp_path / "checkpoints" / "step-00000006.pt").write_bytes(b"truncated")
     found = ckpt.newest_valid(run)
     assert found.path.name == "step-00000004.pt" and found.payload["step"] == 4
-    assert found.skipped == ("step-00000006.pt: does not load (cut short or not a checkpoint)",)
+    assert found.skipped == ("step-00000006.pt: has no checksum trailer, which the other "
+                             "checkpoints here carry (cut short or damaged)",)
     assert ckpt.newest_valid(RunFolder(tmp_path / "nothing")) is None
 
 
@@ -128,7 +129,9 @@ def test_a_checkpoint_is_torch_saves_bytes_then_its_checksum_and_is_read_without
 ):
     """The file save_atomic streams: torch.save's bytes, a JSON record with their SHA-256, the
     record's length and a magic word. Reading checks the hash and loads the bytes before the
-    record; a flipped byte is refused, a file without a trailer (torch.save's bytes) still loads."""
+    record; a flipped byte is refused, and so is a file whose trailer was cut off (with a flipped
+    byte or without) beside checkpoints that carry one; alone (a version before the trailer's), it
+    still loads."""
     run = RunFolder(tmp_path)
     for step in (2, 3):
         ckpt.save_atomic(run, step, _payload(step), keep=2)
@@ -148,7 +151,13 @@ def test_a_checkpoint_is_torch_saves_bytes_then_its_checksum_and_is_read_without
     assert found.payload["step"] == 2 and found.skipped == (
         "step-00000003.pt: its bytes do not match the checksum written with it (damaged)",
     )
-    path.write_bytes(body)
+    for cut in (bytes(flipped[: len(body)]), body):
+        path.write_bytes(cut)
+        found = ckpt.newest_valid(run)
+        assert found.payload["step"] == 2 and found.skipped == (
+            "step-00000003.pt: has no checksum trailer, which the other checkpoints here carry "
+            "(cut short or damaged)",)
+    run.checkpoint_path(2).unlink()
     found = ckpt.newest_valid(run)
     assert found.payload["step"] == 3 and found.skipped == ()
 

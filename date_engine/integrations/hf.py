@@ -286,7 +286,9 @@ class DateProbe(transformers.TrainerCallback):
     probe has no LR check (``date probe`` trains a second run for it; docs/noise.md)."""
 
     def __init__(self, path: str, *, train_samples: int, share: float | None = None) -> None:
-        expect(path, str, "DateProbe: path", "where to write probe.json (str)")
+        from date_engine.integrations.probing import check_probe_args
+
+        check_probe_args(path, share)
         expect(train_samples, int, "DateProbe: train_samples", "the training samples (int)")
         self.path, self.train_samples, self.share = path, train_samples, share
         self.meter: Any = None

@@ -91,8 +91,9 @@ class DateProbe(L.pytorch.Callback):
 
     def __init__(self, path: str, spec: Any, *, share: float | None = None) -> None:
         from date_engine.api import spec_with
+        from date_engine.integrations.probing import check_probe_args
 
-        expect(path, str, "DateProbe: path", "where to write probe.json (str)")
+        check_probe_args(path, share)
         self.path, self.spec, self.share = path, spec_with(spec), share
         self.meter: Any = None
         self.probe: Any = None

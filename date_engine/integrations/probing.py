@@ -35,7 +35,22 @@ from date_engine.probe import DEFAULT_POINTS, Probe, baseline_identity, probe_po
 from date_engine.runplan import RunPlan
 from date_engine.spec import Spec
 
-__all__ = ["InRunProbe"]
+__all__ = ["InRunProbe", "check_probe_args"]
+
+
+def check_probe_args(path: Any, share: Any) -> None:
+    """DateProbe's own arguments, checked when it is made (before the run it measures): ``path``
+    a file that can be written at the end, ``share`` None or a fraction in (0, 1]."""
+    from date_engine.checks import writable_file
+    from date_engine.errors import expect
+
+    expect(path, str, "DateProbe: path", "where to write probe.json (str)")
+    writable_file(path, "DateProbe: path")
+    expect(share, (float, int, type(None)), "DateProbe: share",
+           "the share of the baseline's steps to measure, a number in (0, 1], or None")
+    if share is not None and not (math.isfinite(share) and 0 < share <= 1):
+        raise DateError(f"DateProbe: share must be a fraction of the baseline's steps in (0, 1], "
+                        f"got {share!r}.")
 
 
 class InRunProbe:

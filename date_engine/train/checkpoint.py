@@ -141,10 +141,14 @@ class Found:
 
 def newest_valid(run: RunFolder) -> Found | None:
     """The newest checkpoint (by write order) whose bytes match their checksum, that loads and has
-    every required entry; None if there is none."""
+    every required entry; None if there is none. In a folder where any checkpoint carries its
+    checksum trailer, one without it was cut short (or damaged where its checksum would have
+    caught it) and is passed over too."""
     skipped = []
-    for path in _by_write_order(run):
-        problem, payload = _read(path)
+    ordered = _by_write_order(run)
+    trailed = any(_trailer(p) for p in ordered)
+    for path in ordered:
+        problem, payload = _read(path, trailed)
         if problem is None:
             return Found(path, payload, tuple(skipped))
         skipped.append(f"{path.name}: {problem}")
@@ -163,10 +167,11 @@ def remove_partial_writes(run: RunFolder) -> list[Path]:
     return partial
 
 
-def _read(path: Path) -> tuple[str | None, dict[str, Any] | None]:
+def _read(path: Path, trailed: bool = False) -> tuple[str | None, dict[str, Any] | None]:
     """Check the bytes against the trailer's checksum, then load them — both streamed from the
-    file, so reading needs no memory beyond the state it loads. A folder of shards: its files
-    against its manifest, and its run.pt (the shards are read by :func:`shards.load`)."""
+    file, so reading needs no memory beyond the state it loads (``trailed``: a file without a
+    trailer is refused). A folder of shards: its files against its manifest, and its run.pt (the
+    shards are read by :func:`shards.load`)."""
     if shards.is_sharded_checkpoint(path):
         problem, payload = shards.read(path)
         required = [k for k in REQUIRED if k != "model"]
@@ -177,6 +182,9 @@ def _read(path: Path) -> tuple[str | None, dict[str, Any] | None]:
     try:
         with open(path, "rb") as f:
             record, body = _trailer_in(f)
+            if record is None and trailed:
+                return ("has no checksum trailer, which the other checkpoints here carry (cut "
+                        "short or damaged)"), None
             if record is not None and _sha256(f, body) != record.get("sha256"):
                 return "its bytes do not match the checksum written with it (damaged)", None
             f.seek(0)
