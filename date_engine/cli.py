@@ -221,6 +221,10 @@ def scale_command(
                                 master_addr=master_addr, master_port=master_port,
                                 max_restarts=max_restarts if not dry_run else 0)
     code = launch(config, options)
+    if auto:  # a job's run: under Slurm, its time limit's signal requeues it
+        from date_engine.train.launch import requeue_at_time_limit
+
+        requeue_at_time_limit(code)
     if code:
         raise typer.Exit(code)
 

@@ -84,7 +84,8 @@ ResumeOpt = Annotated[bool, flag(
     "folder, without --output-dir).")]
 AutoResumeOpt = Annotated[bool, flag(
     "--auto-resume", help="Continue from the newest valid checkpoint if the run folder holds "
-    "one, else start: for job scripts that run again when requeued.")]
+    "one, else start: for job scripts that run again when requeued. Under Slurm, a run stopped "
+    "by SIGUSR1 (the time limit's signal) checkpoints and requeues its job.")]
 ReplanOpt = Annotated[bool, flag(
     "--force-replan", help="Resume a checkpoint written for another plan (batch, processes, "
     "spec).")]

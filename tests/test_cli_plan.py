@@ -354,3 +354,20 @@ def test_every_why_of_every_shipped_plan_is_one_line_of_its_column(rule):
     header = next(line for line in console.export_text().splitlines() if "┃ why" in line)
     width = len(re.split("┃", header)[-2]) - 2  # the cell's text, less its padding
     assert notes and max(map(len, notes)) <= width, [n for n in notes if len(n) > width]
+
+
+def test_the_plan_says_what_trains_besides_the_optimizer():
+    """date plan names the clipping and whom weight decay spares: what the trainers apply."""
+    from date_engine import baseline, plan_for
+    from date_engine.view.plan import describe_extras
+
+    base = dict(batch_size=16, lr=1e-3, warmup_epochs=0.25, epochs=4, dataset_size=1024,
+                optimizer="adamw", weight_decay=0.01)
+    assert describe_extras(plan_for(baseline(**base), 64).plan) == (
+        "no gradient clipping; weight decay on every parameter, biases and norms included")
+    spared = baseline(**base, decay_biases_and_norms=False)
+    assert describe_extras(plan_for(spared, 64, overrides=["train.grad_clip=0.5"]).plan) == (
+        "gradients clipped to global norm 0.5; weight decay biases and norm weights spared")
+    result = CliRunner().invoke(app, ["plan", "lenet-digits", "--batch", "256", "--set",
+                                      "train.grad_clip=2"], env={"COLUMNS": "200"})
+    assert "; gradients clipped to global norm 2 (in DateTrainer" in result.output, result.output

@@ -356,3 +356,29 @@ def test_the_summary_says_what_its_wall_time_covers():
     console.print(render_summary(summary, planned.plan, planned.split))
     text = console.export_text()
     assert "7.5 s: this attempt's steps, checkpoints and evaluations (not start-up" in text
+
+
+def test_only_the_time_limits_signal_requeues_and_only_the_first_task(tmp_path, capsys):
+    """requeue_at_time_limit runs `scontrol requeue JOB` (here a stand-in that records its argv)
+    for a run stopped by SIGUSR1 in the job's first task; a stop by SIGTERM (scancel), a
+    finished run, another task or no Slurm job requeues nothing; a failed requeue says what to
+    do."""
+    import os
+
+    from date_engine.train.launch import TIME_LIMIT_CODE, requeue_at_time_limit
+
+    record = tmp_path / "argv"
+    stand_in = tmp_path / "scontrol"
+    stand_in.write_text(f"#!/bin/sh\necho \"$@\" >> {record}\n[ \"$2\" != 13 ]\n")
+    stand_in.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", "SLURM_JOB_ID": "12",
+           "SLURM_PROCID": "0"}
+    assert requeue_at_time_limit(TIME_LIMIT_CODE, env)
+    assert record.read_text() == "requeue 12\n"
+    assert "checkpointed and requeued" in capsys.readouterr().err
+    for code, changed in ((143, {}), (0, {}), (TIME_LIMIT_CODE, {"SLURM_PROCID": "1"}),
+                          (TIME_LIMIT_CODE, {"SLURM_JOB_ID": ""})):
+        assert not requeue_at_time_limit(code, {**env, **changed})
+    assert record.read_text() == "requeue 12\n"
+    assert not requeue_at_time_limit(TIME_LIMIT_CODE, {**env, "SLURM_JOB_ID": "13"})
+    assert "could not requeue Slurm job 13" in capsys.readouterr().err

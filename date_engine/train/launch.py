@@ -153,6 +153,39 @@ def elastic(config_json: str, options: LaunchOptions,
         sys.stdout.flush()
 
 
+TIME_LIMIT_CODE = 128 + signal.SIGUSR1
+"""The exit code of a run stopped by SIGUSR1: what Slurm sends before the time limit
+(``--signal=B:USR1@...`` in the emitted job), forwarded by srun to its tasks."""
+
+
+def requeue_at_time_limit(code: int, env: dict[str, str] | None = None) -> bool:
+    """Requeue this Slurm job once its run has stopped for the time limit (``code`` is
+    :data:`TIME_LIMIT_CODE`: the run has checkpointed), as Lightning's SLURM plugin and submitit
+    do: ``scontrol requeue`` by the job's first task, so that the job starts again and continues
+    the run (``--auto-resume``). A stop by any other signal (a plain ``scancel`` sends SIGTERM) is
+    not requeued; a failed requeue says what to do. Whether it was requeued."""
+    import subprocess
+
+    env = dict(os.environ) if env is None else env
+    job = env.get("SLURM_JOB_ID")
+    if code != TIME_LIMIT_CODE or not job or env.get("SLURM_PROCID", "0") != "0":
+        return False
+    try:
+        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True,
+                              env=env, timeout=60)
+        why = (done.stderr.strip() or f"scontrol exited with {done.returncode}") \
+            if done.returncode else ""
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        why = str(exc)
+    if why:
+        print(f"warning: could not requeue Slurm job {job} ({why}); submit the same script "
+              "again: it continues from the run's newest checkpoint.", file=sys.stderr)
+        return False
+    print(f"Slurm job {job} reached its time limit's signal: checkpointed and requeued; it "
+          "continues from this checkpoint.", file=sys.stderr)
+    return True
+
+
 def job_exit_code(codes: list[int]) -> int:
     """The job's exit code from its failed workers' codes, the most telling first: a refused input
     (2), a non-finite loss (3), a stop by signal (130, 143, 138; a worker killed by signal N reports

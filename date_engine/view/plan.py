@@ -369,9 +369,24 @@ def _option(value) -> str:
     return f"{value:.5g}" if isinstance(value, float) else str(value)
 
 
+def describe_extras(plan: Plan) -> str:
+    """What trains besides the optimizer's options: the clipping and the decay's exemptions."""
+    opt = plan.optimizer
+    clip = f"gradients clipped to global norm {plan.grad_clip:g}" if plan.grad_clip else \
+        "no gradient clipping"
+    if not opt.options.get("weight_decay"):
+        return clip
+    spared = "biases and norm weights spared" if opt.decay_exempt else \
+        "on every parameter, biases and norms included"
+    return f"{clip}; weight decay {spared}"
+
+
 def _optimizer_line(plan: Plan, split: BatchSplit | None = None) -> Text:
     text = Text("Optimizer: ", style="bold")
     text.append(describe_optimizer(plan))
+    text.append(f"; {describe_extras(plan)}")
+    if plan.optimizer.layer_ratio["mode"] != "off":
+        text.append(" (in DateTrainer and Lightning: the base optimizer alone unless date=True)")
     opt = plan.optimizer
     text.append("\nStep: ", style="bold")
     text.append(step_path(opt.name, opt.options, opt.layer_ratio["mode"])[1])
