@@ -93,8 +93,7 @@ def _typed(command: str) -> list[str] | None:
 
 def _command_line(command: str) -> str:
     """``date COMMAND ...`` as typed, quoted for a shell; empty under another caller."""
-    args = _typed(command)
-    return "" if args is None else " ".join(["date", command, *map(shlex.quote, args)])
+    return "" if (args := _typed(command)) is None else shlex.join(["date", command, *args])
 
 
 # ---------------------------------------------------------------------------------- date plan
@@ -197,7 +196,7 @@ def scale_command(
         found = spec_recipe(spec, recipe_ref, source=str(path), to_train=True, option=True)
         check_launch(nproc, backend, rdzv_endpoint, master_port)
         from date_engine.train.config import RunConfig
-        from date_engine.train.launch import LaunchOptions, launch
+        from date_engine.train.launch import LaunchOptions, launch, requeue_at_time_limit
         from date_engine.train.runtime import job_environment
 
         job = job_environment()  # started by torchrun or srun: that job's size is the truth
@@ -222,8 +221,6 @@ def scale_command(
                                 max_restarts=max_restarts if not dry_run else 0)
     code = launch(config, options)
     if auto:  # a job's run: under Slurm, its time limit's signal requeues it
-        from date_engine.train.launch import requeue_at_time_limit
-
         requeue_at_time_limit(code)
     if code:
         raise typer.Exit(code)

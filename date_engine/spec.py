@@ -328,6 +328,12 @@ class BaselineSpec(_Section):
                 f"(got {given}; with --set, clear the other, e.g. --set baseline.iterations=null "
                 "--set baseline.epochs=5)"
             )
+        final = self.schedule.final_lr
+        if final is not None and final > self.lr:
+            raise ValueError(
+                f"schedule.final_lr {final:g} is above baseline.lr {self.lr:g}: a decay ends at or "
+                f"below its peak; give final_lr <= {self.lr:g} (or final_fraction, a share of the "
+                f"peak)")
         return self
 
 

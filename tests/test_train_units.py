@@ -358,15 +358,18 @@ def test_the_summary_says_what_its_wall_time_covers():
     assert "7.5 s: this attempt's steps, checkpoints and evaluations (not start-up" in text
 
 
-def test_only_the_time_limits_signal_requeues_and_only_the_first_task(tmp_path, capsys):
+def test_only_the_time_limits_signal_requeues_and_only_the_first_task(tmp_path, capsys,
+                                                                     monkeypatch):
     """requeue_at_time_limit runs `scontrol requeue JOB` (here a stand-in that records its argv)
     for a run stopped by SIGUSR1 in the job's first task; a stop by SIGTERM (scancel), a
     finished run, another task or no Slurm job requeues nothing; a failed requeue says what to
     do."""
     import os
+    import signal
 
     from date_engine.train.launch import TIME_LIMIT_CODE, requeue_at_time_limit
 
+    monkeypatch.setattr(signal, "signal", lambda sig, handler: signal.SIG_DFL)  # this process's
     record = tmp_path / "argv"
     stand_in = tmp_path / "scontrol"
     stand_in.write_text(f"#!/bin/sh\necho \"$@\" >> {record}\n[ \"$2\" != 13 ]\n")
@@ -375,7 +378,7 @@ def test_only_the_time_limits_signal_requeues_and_only_the_first_task(tmp_path, 
            "SLURM_PROCID": "0"}
     assert requeue_at_time_limit(TIME_LIMIT_CODE, env)
     assert record.read_text() == "requeue 12\n"
-    assert "checkpointed and requeued" in capsys.readouterr().err
+    assert "checkpointed: requeueing it" in capsys.readouterr().err
     for code, changed in ((143, {}), (0, {}), (TIME_LIMIT_CODE, {"SLURM_PROCID": "1"}),
                           (TIME_LIMIT_CODE, {"SLURM_JOB_ID": ""})):
         assert not requeue_at_time_limit(code, {**env, **changed})

@@ -7,6 +7,10 @@ exemptions, counted as HF's Trainer counts them. :func:`baseline_from_timm` read
 ``args.yaml`` timm's train.py writes beside every run, its LR as timm computed it at the
 baseline's batch (``lr_base`` scaled by timm once, not again). :func:`baseline_from_file` picks
 the reader by the file (``date plan --from``). Torch-free.
+
+Every field is read through one checked reader (:class:`_Fields`): its type, finiteness, range and
+meaning (a ratio stays a ratio, a schedule ends at or below its peak), each failure one sentence
+naming the field as the configuration names it.
 """
 
 from __future__ import annotations
@@ -26,10 +30,96 @@ _OPTIMIZERS = {"adamw": "adamw", "sgd": "sgd", "adagrad": "adagrad", "rmsprop": 
 """HF's ``optim`` names (by prefix: ``adamw_torch``, ``adamw_torch_fused``, ...) -> catalog names
 of optimizers that run the same update."""
 
+_HF_DEFAULTS: dict[str, Any] = {
+    "learning_rate": 5e-5, "num_train_epochs": 3.0, "max_steps": -1,
+    "gradient_accumulation_steps": 1, "warmup_steps": 0, "warmup_ratio": 0.0,
+    "weight_decay": 0.0, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-8,
+    "max_grad_norm": 1.0, "lr_scheduler_type": "linear", "optim": "adamw_torch",
+    "dataloader_drop_last": False}
+"""TrainingArguments' defaults (transformers 4.46 to 5.x) of the fields read, for a dict that
+leaves some out."""
 
-def _value(args: Any, key: str, default: Any = None) -> Any:
-    value = args.get(key, default) if isinstance(args, Mapping) else getattr(args, key, default)
-    return getattr(value, "value", value)  # HF's enums (SchedulerType, OptimizerNames)
+_MOST = 1e9
+"""The largest count (samples, steps) and the default upper bound of a value read."""
+
+
+class _Fields:
+    """One configuration's fields (a TrainingArguments, its JSON as a dict, or timm's args.yaml),
+    each read and checked here: its type, finiteness and range, so that every bad value is one
+    sentence naming the field as the user wrote it (``source``: where it came from)."""
+
+    def __init__(self, args: Any, source: str, defaults: Mapping[str, Any] | None = None):
+        self.args, self.source, self.defaults = args, source, defaults or {}
+
+    def raw(self, key: str, default: Any = None) -> Any:
+        """The value as given (an enum's value), or the default where absent or None."""
+        default = self.defaults.get(key, default)
+        if isinstance(self.args, Mapping):
+            value = self.args.get(key, default)
+        else:
+            value = getattr(self.args, key, default)
+        value = getattr(value, "value", value)  # HF's enums (SchedulerType, OptimizerNames)
+        return default if value is None else value
+
+    def refuse(self, key: str, what: str, value: Any) -> SpecError:
+        return SpecError(f"{self.source}: {key} must be {what}, got {value!r}.")
+
+    def number(self, key: str, default: Any = None, *, low: float = 0.0, high: float = _MOST,
+               above: bool = False, whole: bool = False, value: Any = None) -> Any:
+        """``key``'s value (or ``value``, an element of its list): a finite number in
+        [low, high] ((low, high] with ``above``), a whole one with ``whole``."""
+        value = self.raw(key, default) if value is None else value
+        kind = "a whole number" if whole else "a number"
+        what = f"{kind} {'above' if above else 'from'} {low:g} {'and up ' if above else ''}to " \
+               f"{high:g}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.refuse(key, what, value)
+        if not math.isfinite(value) or not (low < value if above else low <= value) \
+                or value > high or (whole and value != int(value)):
+            raise self.refuse(key, what, value)
+        return int(value) if whole else float(value)
+
+    def count(self, key: str, default: Any = None) -> int:
+        """A positive whole number (a batch, a number of steps)."""
+        return self.number(key, default, low=1, whole=True)
+
+    def text(self, key: str, default: str) -> str:
+        value = self.raw(key, default)
+        if not isinstance(value, str):
+            raise self.refuse(key, "a name (text)", value)
+        return value
+
+    def flag(self, key: str) -> bool:
+        value = self.raw(key, False)
+        if not isinstance(value, bool):
+            raise self.refuse(key, "true or false", value)
+        return value
+
+    def mapping(self, key: str) -> _Fields:
+        """A mapping inside the configuration (HF's scheduler kwargs; JSON text as HF's command
+        line gives it), read with the same checks, its keys named ``key.name``."""
+        value = self.raw(key, None) or {}
+        if isinstance(value, str):
+            import json
+
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise self.refuse(key, "a mapping (a JSON object)", value) from None
+        if not isinstance(value, Mapping):
+            raise self.refuse(key, "a mapping (a JSON object)", value)
+        return _Fields(value, f"{self.source}: {key}")
+
+    def numbers(self, key: str, length: int | None = None, **bounds: Any) -> list[Any]:
+        """A list of numbers, each checked as :meth:`number` checks one."""
+        value = self.raw(key, None)
+        if not isinstance(value, (list, tuple)) or not value or \
+                (length is not None and len(value) != length):
+            raise self.refuse(key, f"a list of {length or 'one or more'} numbers", value)
+        return [self.number(key, value=v, **bounds) for v in value]
+
+    def __contains__(self, key: str) -> bool:
+        return self.raw(key, None) is not None
 
 
 def hf_steps(args: Any, train_samples: int, world_size: int = 1) -> int:
@@ -37,23 +127,38 @@ def hf_steps(args: Any, train_samples: int, world_size: int = 1) -> int:
     ⌈epochs · steps per epoch⌉ with a process's dataloader of ⌈⌈n / world⌉ / per-device⌉
     batches (``dataloader_drop_last`` off) and a step per ``gradient_accumulation_steps`` of them,
     the last partial one included."""
-    max_steps = int(_value(args, "max_steps", -1) or -1)
+    return _hf_steps(_Fields(args, "TrainingArguments", _HF_DEFAULTS), train_samples, world_size)
+
+
+def _hf_steps(f: _Fields, train_samples: int, world_size: int) -> int:
+    max_steps = f.number("max_steps", low=-1, whole=True)
     if max_steps > 0:
         return max_steps
-    per_device = int(_value(args, "per_device_train_batch_size"))
-    accumulation = int(_value(args, "gradient_accumulation_steps", 1))
+    per_device = f.count("per_device_train_batch_size")
+    accumulation = f.count("gradient_accumulation_steps")
     per_rank = math.ceil(train_samples / world_size)
-    batches = per_rank // per_device if _value(args, "dataloader_drop_last", False) else \
+    batches = per_rank // per_device if f.flag("dataloader_drop_last") else \
         math.ceil(per_rank / per_device)
+    if batches == 0:
+        raise SpecError(f"{f.source}: per_device_train_batch_size {per_device} with "
+                        f"dataloader_drop_last leaves no batch of the {per_rank} samples each "
+                        f"process reads; give a smaller per-device batch.")
     per_epoch = max(batches // accumulation + int(batches % accumulation > 0), 1)
-    return math.ceil(float(_value(args, "num_train_epochs", 3.0)) * per_epoch)
+    epochs = f.number("num_train_epochs", low=0.0, high=1e6, above=True)
+    steps = math.ceil(epochs * per_epoch)
+    if steps > _MOST:
+        raise SpecError(f"{f.source}: num_train_epochs {epochs:g} gives {steps:,} optimizer "
+                        f"steps, more than {_MOST:,.0f}; give fewer epochs or max_steps.")
+    return steps
 
 
 def _counts(where: str, train_samples: Any, world_size: Any) -> None:
-    if isinstance(train_samples, bool) or not isinstance(train_samples, int) or train_samples < 1:
+    if isinstance(train_samples, bool) or not isinstance(train_samples, int) or \
+            not 1 <= train_samples <= _MOST:
         raise SpecError(f"{where}: train_samples must be the number of training samples (a "
-                        f"positive int), got {train_samples!r}.")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+                        f"whole number from 1 to {_MOST:g}), got {train_samples!r}.")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or \
+            not 1 <= world_size <= 1 << 20:
         raise SpecError(f"{where}: world_size must be a positive int (the processes the baseline "
                         f"ran on), got {world_size!r}.")
 
@@ -61,29 +166,37 @@ def _counts(where: str, train_samples: Any, world_size: Any) -> None:
 def baseline_from_hf(args: Any, train_samples: int, world_size: int = 1) -> Spec:
     """The spec of the baseline a ``TrainingArguments`` (or its JSON as a dict) trains on
     ``train_samples`` samples over ``world_size`` processes: B0 = world × per-device ×
-    accumulation, η0, the warmup (steps, or a fraction of training below 1), the length, the
-    optimizer with its β/ε/λ, the schedule and its kwargs, ``max_grad_norm`` and HF's exemption of
-    biases and norm weights from weight decay. Raises SpecError naming what it cannot carry."""
+    accumulation, η0, the warmup (steps, or a share of training: ``warmup_steps`` below 1 or
+    ``warmup_ratio``), the length, the optimizer with its β/ε/λ, the schedule and its kwargs,
+    ``max_grad_norm`` and HF's exemption of biases and norm weights from weight decay. Fields a
+    dict leaves out take TrainingArguments' defaults. Raises SpecError naming what it cannot
+    read or carry."""
     _counts("baseline_from_hf", train_samples, world_size)
     if not isinstance(args, Mapping) and not hasattr(args, "per_device_train_batch_size"):
         raise SpecError(f"baseline_from_hf: args must be a TrainingArguments or its JSON as a "
                         f"dict, got {type(args).__name__}.")
-    batch = world_size * int(_value(args, "per_device_train_batch_size")) * \
-        int(_value(args, "gradient_accumulation_steps", 1))
-    steps = hf_steps(args, train_samples, world_size)
-    warmup = float(_value(args, "warmup_steps", 0) or 0)
-    if warmup < 1 and _value(args, "warmup_ratio"):  # transformers 4's separate field
-        warmup = float(_value(args, "warmup_ratio"))
-    warmup_steps = int(warmup) if warmup >= 1 else math.ceil(steps * warmup)
-    if str(_value(args, "lr_scheduler_type", "linear")) == "constant":
+    f = _Fields(args, "TrainingArguments", _HF_DEFAULTS)
+    batch = world_size * f.count("per_device_train_batch_size") * \
+        f.count("gradient_accumulation_steps")
+    steps = _hf_steps(f, train_samples, world_size)
+    warmup = f.number("warmup_steps")
+    if warmup >= 1:  # steps
+        warmup_steps = f.number("warmup_steps", whole=True)
+    else:  # transformers 5: a share of training below 1; transformers 4: warmup_ratio
+        warmup_steps = math.ceil(steps * (warmup or f.number("warmup_ratio", high=1.0)))
+    kind = f.text("lr_scheduler_type", "linear")
+    if kind == "constant":
         warmup_steps = 0  # HF's constant schedule has no warmup, whatever warmup_steps says
-    lr = float(_value(args, "learning_rate"))
+    if warmup_steps > steps:
+        raise SpecError(f"TrainingArguments: warmup_steps {warmup_steps} is longer than the run's "
+                        f"{steps} steps; give a warmup within the run.")
+    lr = f.number("learning_rate", high=1e6, above=True)
     baseline = {"batch_size": batch, "lr": lr, "iterations": steps,
                 "warmup_epochs": warmup_steps * batch / train_samples,
-                "dataset_size": train_samples, "optimizer": _optimizer(args),
-                "schedule": _schedule(args, steps)}
+                "dataset_size": train_samples, "optimizer": _optimizer(f),
+                "schedule": _schedule(f, kind, steps, lr)}
     raw: dict[str, Any] = {"baseline": baseline}
-    clip = float(_value(args, "max_grad_norm", 0) or 0)
+    clip = f.number("max_grad_norm", high=1e6)
     if clip > 0:
         raw["train"] = {"grad_clip": clip}
     return parse_spec(raw, source="TrainingArguments")
@@ -95,49 +208,50 @@ def hf_optimizer_name(optim: str) -> str | None:
     return next((ours for theirs, ours in _OPTIMIZERS.items() if optim.startswith(theirs)), None)
 
 
-def _optimizer(args: Any) -> dict[str, Any]:
-    optim = str(_value(args, "optim", "adamw_torch"))
+def _optimizer(f: _Fields) -> dict[str, Any]:
+    optim = f.text("optim", "adamw_torch")
     name = hf_optimizer_name(optim)
     if name is None:
         raise SpecError(f"TrainingArguments: optim {optim!r} has no counterpart here; train the "
                         f"baseline with one of adamw_torch, sgd, adagrad, rmsprop, or describe it "
                         f"in a spec (docs/integrations.md).")
-    decay = float(_value(args, "weight_decay", 0.0) or 0.0)
-    options: dict[str, Any] = {"name": name, "weight_decay": decay,
+    options: dict[str, Any] = {"name": name, "weight_decay": f.number("weight_decay", high=1e3),
                                "decay_biases_and_norms": False}
     if name == "adamw":
-        options["betas"] = [float(_value(args, "adam_beta1", 0.9)),
-                            float(_value(args, "adam_beta2", 0.999))]
-        options["eps"] = float(_value(args, "adam_epsilon", 1e-8))
+        options["betas"] = [f.number("adam_beta1", high=1.0), f.number("adam_beta2", high=1.0)]
+        options["eps"] = f.number("adam_epsilon", high=1.0, above=True)
     return options
 
 
-def _schedule(args: Any, steps: int) -> dict[str, Any]:
-    kind = str(_value(args, "lr_scheduler_type", "linear"))
-    kwargs = dict(_value(args, "lr_scheduler_kwargs", None) or {})
+def _schedule(f: _Fields, kind: str, steps: int, lr: float) -> dict[str, Any]:
+    key = "lr_scheduler_kwargs"
+    kwargs = f.mapping(key)
     if kind == "linear":
         return {"name": "linear", "index": "torch", "final_fraction": 0.0}
-    if kind == "cosine" and kwargs.get("num_cycles", 0.5) == 0.5:
+    if kind == "cosine" and kwargs.raw("num_cycles", 0.5) == 0.5:
         return {"name": "cosine"}
     if kind == "cosine_with_min_lr":
         if "min_lr" in kwargs:
-            return {"name": "cosine", "final_lr": float(kwargs["min_lr"])}
-        return {"name": "cosine", "final_fraction": float(kwargs.get("min_lr_rate", 0.0))}
+            return {"name": "cosine", "final_lr": kwargs.number("min_lr", high=lr)}
+        return {"name": "cosine", "final_fraction": kwargs.number("min_lr_rate", 0.0, high=1.0)}
     if kind == "polynomial":
-        return {"name": "polynomial", "power": float(kwargs.get("power", 1.0)),
-                "final_lr": float(kwargs.get("lr_end", 1e-7))}
+        return {"name": "polynomial", "power": kwargs.number("power", 1.0, high=1e3, above=True),
+                "final_lr": kwargs.number("lr_end", 1e-7, high=lr)}
     if kind in ("constant", "constant_with_warmup"):
         return {"name": "constant"}
-    if kind == "inverse_sqrt" and kwargs.get("timescale") is None:
+    if kind == "inverse_sqrt" and "timescale" not in kwargs:
         return {"name": "inverse_sqrt"}
     if kind == "warmup_stable_decay" and "num_decay_steps" in kwargs:
-        return {"name": "wsd", "decay_fraction": int(kwargs["num_decay_steps"]) / steps,
-                "decay_shape": kwargs.get("decay_type", "cosine"),
-                "final_fraction": float(kwargs.get("min_lr_ratio", 0.0))}
-    raise SpecError(f"TrainingArguments: lr_scheduler_type {kind!r} with {kwargs or 'no kwargs'} "
-                    f"has no counterpart here; the schedules read are linear, cosine, "
-                    f"cosine_with_min_lr, polynomial, constant(_with_warmup), inverse_sqrt and "
-                    f"warmup_stable_decay with num_decay_steps.")
+        return {"name": "wsd",
+                "decay_fraction": kwargs.number("num_decay_steps", low=1, high=steps,
+                                                whole=True) / steps,
+                "decay_shape": kwargs.text("decay_type", "cosine"),
+                "final_fraction": kwargs.number("min_lr_ratio", 0.0, high=1.0)}
+    raise SpecError(f"TrainingArguments: lr_scheduler_type {kind!r} with "
+                    f"{dict(kwargs.args) or 'no kwargs'} has no counterpart here; the schedules "
+                    f"read are linear, cosine, cosine_with_min_lr, polynomial, "
+                    f"constant(_with_warmup), inverse_sqrt and warmup_stable_decay with "
+                    f"num_decay_steps.")
 
 
 # ---------------------------------------------------------------------------------------- timm
@@ -152,14 +266,21 @@ def timm_lr(args: Mapping[str, Any], world_size: int = 1) -> float:
     """The peak LR timm's train.py trains ``args`` with: ``lr`` where given, else ``lr_base``
     scaled from ``lr_base_size`` to the global batch (√ for Ada*/LAMB optimizers, linear for the
     rest, or ``lr_base_scale``)."""
-    if args.get("lr") is not None:
-        return float(args["lr"])
-    batch = int(args["batch_size"]) * world_size * int(args.get("grad_accum_steps") or 1)
-    ratio = batch / float(args.get("lr_base_size") or 256)
-    scale = args.get("lr_base_scale") or (
-        "sqrt" if any(o in str(args.get("opt", "sgd")).lower() for o in ("ada", "lamb"))
-        else "linear")
-    return float(args.get("lr_base") or 0.1) * (ratio ** 0.5 if scale == "sqrt" else ratio)
+    return _timm_lr(_Fields(args, "args.yaml"), world_size)
+
+
+def _timm_lr(f: _Fields, world_size: int) -> float:
+    if "lr" in f:
+        return f.number("lr", high=1e6, above=True)
+    batch = f.count("batch_size") * world_size * f.count("grad_accum_steps", 1)
+    ratio = batch / f.count("lr_base_size", 256)
+    scale = f.text("lr_base_scale", "") or (
+        "sqrt" if any(o in f.text("opt", "sgd").lower() for o in ("ada", "lamb")) else "linear")
+    if scale not in ("sqrt", "linear"):
+        raise f.refuse("lr_base_scale", "sqrt or linear", scale)
+    lr = f.number("lr_base", 0.1, high=1e6, above=True) * \
+        (ratio ** 0.5 if scale == "sqrt" else ratio)
+    return f.number("lr_base", value=lr, high=1e6, above=True)
 
 
 def baseline_from_timm(args: Mapping[str, Any], train_samples: int, world_size: int = 1) -> Spec:
@@ -168,59 +289,69 @@ def baseline_from_timm(args: Mapping[str, Any], train_samples: int, world_size: 
     :func:`timm_lr` (timm's own scaling of lr_base read, not applied again at the new batch), the
     warmup and length in epochs, the schedule (cosine, step, multistep, poly) ending at
     ``min_lr``, the optimizer with its β/ε/λ and momentum, ``clip_grad`` and timm's exemption of
-    biases and norms from weight decay. Raises SpecError naming what it cannot carry."""
+    biases and norms from weight decay. Raises SpecError naming what it cannot read or carry."""
     _counts("baseline_from_timm", train_samples, world_size)
     if not isinstance(args, Mapping) or "batch_size" not in args or "epochs" not in args:
         raise SpecError("baseline_from_timm: args must be timm's args.yaml as a dict (with "
                         "batch_size and epochs).")
-    for key in ("cooldown_epochs", "lr_cycle_limit"):
-        if float(args.get(key) or 0) > (0 if key == "cooldown_epochs" else 1):
+    f = _Fields(args, "args.yaml")
+    for key, most in (("cooldown_epochs", 0), ("lr_cycle_limit", 1)):
+        if f.number(key, 0, high=1e6) > most:
             raise SpecError(f"args.yaml: {key} {args[key]} has no counterpart here; train the "
                             f"baseline without it, or describe it in a spec.")
-    batch = world_size * int(args["batch_size"]) * int(args.get("grad_accum_steps") or 1)
+    batch = world_size * f.count("batch_size") * f.count("grad_accum_steps", 1)
+    lr = _timm_lr(f, world_size)
+    epochs = f.number("epochs", high=1e6, above=True)
+    warmup = f.number("warmup_epochs", 0, high=1e6)
+    if warmup > epochs:
+        raise SpecError(f"args.yaml: warmup_epochs {warmup:g} is longer than epochs {epochs:g}; "
+                        f"give a warmup within the run.")
     baseline: dict[str, Any] = {
-        "batch_size": batch, "lr": timm_lr(args, world_size), "epochs": float(args["epochs"]),
-        "warmup_epochs": float(args.get("warmup_epochs") or 0), "dataset_size": train_samples,
-        "optimizer": _timm_optimizer(args), "schedule": _timm_schedule(args)}
+        "batch_size": batch, "lr": lr, "epochs": epochs, "warmup_epochs": warmup,
+        "dataset_size": train_samples, "optimizer": _timm_optimizer(f),
+        "schedule": _timm_schedule(f, lr)}
     raw: dict[str, Any] = {"baseline": baseline}
     if baseline["optimizer"]["name"] in ("lamb", "lars"):  # their own per-layer trust ratio
         raw["date"] = {"layer_ratio": {"mode": "off"}}
-    if args.get("clip_grad") and args.get("clip_mode", "norm") == "norm":
-        raw["train"] = {"grad_clip": float(args["clip_grad"])}
+    clip = f.number("clip_grad", 0, high=1e6)
+    if clip and f.text("clip_mode", "norm") == "norm":
+        raw["train"] = {"grad_clip": clip}
     return parse_spec(raw, source="args.yaml")
 
 
-def _timm_optimizer(args: Mapping[str, Any]) -> dict[str, Any]:
-    opt = str(args.get("opt", "sgd")).lower()
+def _timm_optimizer(f: _Fields) -> dict[str, Any]:
+    opt = f.text("opt", "sgd").lower()
     if opt not in _TIMM_OPTIMIZERS:
         raise SpecError(f"args.yaml: opt {opt!r} has no counterpart here; the optimizers read are "
                         f"{', '.join(_TIMM_OPTIMIZERS)}.")
     name = _TIMM_OPTIMIZERS[opt]
-    options: dict[str, Any] = {"name": name, "weight_decay": float(args.get("weight_decay") or 0),
+    options: dict[str, Any] = {"name": name, "weight_decay": f.number("weight_decay", 0, high=1e3),
                                "decay_biases_and_norms": False}
     if name in ("nesterov", "momentum"):
-        options["momentum"] = float(args.get("momentum", 0.9))
+        options["momentum"] = f.number("momentum", 0.9, high=1.0)
     if name in ("adam", "adamw", "lamb"):
-        if args.get("opt_betas"):
-            options["betas"] = [float(b) for b in args["opt_betas"]]
-        if args.get("opt_eps") is not None:
-            options["eps"] = float(args["opt_eps"])
+        if "opt_betas" in f:
+            options["betas"] = f.numbers("opt_betas", 2, high=1.0)
+        if "opt_eps" in f:
+            options["eps"] = f.number("opt_eps", high=1.0, above=True)
     return options
 
 
-def _timm_schedule(args: Mapping[str, Any]) -> dict[str, Any]:
-    sched = str(args.get("sched", "cosine"))
-    end = {"final_lr": float(args.get("min_lr") or 0.0)}
+def _timm_schedule(f: _Fields, lr: float) -> dict[str, Any]:
+    sched = f.text("sched", "cosine")
+    end = {"final_lr": f.number("min_lr", 0.0, high=lr)}
+    rate = {"high": 1.0, "above": True}
     if sched == "cosine":
         return {"name": "cosine", **end}
     if sched == "poly":
-        return {"name": "polynomial", "power": float(args.get("decay_rate", 0.1)), **end}
+        return {"name": "polynomial", "power": f.number("decay_rate", 0.1, high=1e3, above=True),
+                **end}
     if sched == "step":
-        return {"name": "step", "every_epochs": float(args.get("decay_epochs", 90)),
-                "factor": float(args.get("decay_rate", 0.1))}
+        return {"name": "step", "every_epochs": f.number("decay_epochs", 90, high=1e6, above=True),
+                "factor": f.number("decay_rate", 0.1, **rate)}
     if sched == "multistep":
-        return {"name": "multistep", "milestones": [float(m) for m in args["decay_milestones"]],
-                "factor": float(args.get("decay_rate", 0.1))}
+        return {"name": "multistep", "milestones": f.numbers("decay_milestones", high=1e6),
+                "factor": f.number("decay_rate", 0.1, **rate)}
     raise SpecError(f"args.yaml: sched {sched!r} has no counterpart here; the schedules read are "
                     f"cosine, poly, step and multistep.")
 

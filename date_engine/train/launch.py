@@ -170,6 +170,14 @@ def requeue_at_time_limit(code: int, env: dict[str, str] | None = None) -> bool:
     job = env.get("SLURM_JOB_ID")
     if code != TIME_LIMIT_CODE or not job or env.get("SLURM_PROCID", "0") != "0":
         return False
+    print(f"Slurm job {job} reached its time limit's signal with the run checkpointed: "
+          "requeueing it; it continues from this checkpoint.", file=sys.stderr, flush=True)
+    # Slurm ends the requeued job's processes with SIGTERM: the run is saved, so this process
+    # leaves quietly by it
+    try:
+        previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except ValueError:  # not the main thread
+        previous = None
     try:
         done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True,
                               env=env, timeout=60)
@@ -177,13 +185,13 @@ def requeue_at_time_limit(code: int, env: dict[str, str] | None = None) -> bool:
             if done.returncode else ""
     except (OSError, subprocess.TimeoutExpired) as exc:
         why = str(exc)
-    if why:
-        print(f"warning: could not requeue Slurm job {job} ({why}); submit the same script "
-              "again: it continues from the run's newest checkpoint.", file=sys.stderr)
-        return False
-    print(f"Slurm job {job} reached its time limit's signal: checkpointed and requeued; it "
-          "continues from this checkpoint.", file=sys.stderr)
-    return True
+    if not why:
+        return True
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+    print(f"warning: could not requeue Slurm job {job} ({why}); submit the same script again: "
+          "it continues from the run's newest checkpoint.", file=sys.stderr)
+    return False
 
 
 def job_exit_code(codes: list[int]) -> int:
