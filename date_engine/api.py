@@ -121,9 +121,12 @@ def plan_for(spec: Spec | str | Path, batch: int | None = None, *, devices: int 
     """The plan of ``spec`` at global ``batch`` over ``devices`` processes and its exact split
     (micro-batch × devices × accumulation). Without ``batch``, the batch is ``devices ×
     micro_batch`` (one pass per step). ``spec`` may be a Spec, a YAML path or a shipped baseline's
-    name; n comes from the spec, else ``recipe``, else ``dataset_size``."""
+    name; n comes from the spec, else ``recipe`` (by default the one the spec names, as ``date
+    plan`` takes it), else ``dataset_size``."""
+    from date_engine.recipes import spec_recipe
+
     spec = spec_with(spec, overrides, probe=probe, budget=budget)
-    recipe = _recipe(recipe)
+    recipe = _recipe(recipe) if recipe is not None else spec_recipe(spec)
     if dataset_size is not None:
         expect(dataset_size, int, "plan_for: dataset_size", "the training samples per epoch (int)")
     if batch is None:

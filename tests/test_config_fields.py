@@ -65,34 +65,30 @@ def _one_sentence(text: str, *words: str) -> None:
         assert word in text, (word, text)
 
 
-@pytest.mark.parametrize("field, schedule, kind", list(_cases(HF_FIELDS, HF_KWARGS)))
-def test_a_bad_hf_field_is_one_sentence_naming_it(tmp_path, field, schedule, kind):
-    args = dict(HF)
+READERS = {"hf": (baseline_from_hf, HF, "TrainingArguments", "args.json", json.dumps, 1024, 64),
+           "timm": (baseline_from_timm, TIMM, "args.yaml", "args.yaml", yaml.safe_dump, 50_000,
+                    256)}
+"""reader: (the Python reader, a good configuration, the name its messages give it, its file,
+how the file is written, the training samples, a target batch)."""
+
+
+@pytest.mark.parametrize("reader, field, schedule, kind",
+                         [("hf", *case) for case in _cases(HF_FIELDS, HF_KWARGS)]
+                         + [("timm", *case) for case in _cases(TIMM_FIELDS)])
+def test_a_bad_field_is_one_sentence_naming_it(tmp_path, reader, field, schedule, kind):
+    read, good, source, name, write, samples, batch = READERS[reader]
+    args = dict(good)
     if schedule is None:
         args[field] = KINDS[kind]
     else:
         args.update(lr_scheduler_type=schedule, lr_scheduler_kwargs={field: KINDS[kind]})
     with pytest.raises(SpecError) as refused:
-        baseline_from_hf(args, train_samples=1024)
-    _one_sentence(str(refused.value), "TrainingArguments", field)
-    path = tmp_path / "args.json"
-    path.write_text(json.dumps(args))
-    done = CliRunner().invoke(app, ["plan", "--from", str(path), "--train-samples", "1024",
-                                    "--batch", "64"], env={"COLUMNS": "300"})
-    assert done.exit_code == 2, done.output
-    _one_sentence(done.output, field)
-
-
-@pytest.mark.parametrize("field, schedule, kind", list(_cases(TIMM_FIELDS)))
-def test_a_bad_timm_field_is_one_sentence_naming_it(tmp_path, field, schedule, kind):
-    args = {**TIMM, field: KINDS[kind]}
-    with pytest.raises(SpecError) as refused:
-        baseline_from_timm(args, train_samples=50_000)
-    _one_sentence(str(refused.value), "args.yaml", field)
-    path = tmp_path / "args.yaml"
-    path.write_text(yaml.safe_dump(args))
-    done = CliRunner().invoke(app, ["plan", "--from", str(path), "--train-samples", "50000",
-                                    "--batch", "256"], env={"COLUMNS": "300"})
+        read(args, train_samples=samples)
+    _one_sentence(str(refused.value), source, field)
+    path = tmp_path / name
+    path.write_text(write(args))
+    done = CliRunner().invoke(app, ["plan", "--from", str(path), "--train-samples", str(samples),
+                                    "--batch", str(batch)], env={"COLUMNS": "300"})
     assert done.exit_code == 2, done.output
     _one_sentence(done.output, field)
 

@@ -176,3 +176,21 @@ def test_a_probe_that_could_not_be_written_is_refused_before_the_run(tmp_path, m
         DateProbe(path, train_samples=1024, share=share)
     with pytest.raises(DateError, match=says):
         LightningProbe(path, "lenet-digits", share=share)
+
+
+def test_seq2seq_arguments_stay_seq2seq_and_plan_for_reads_the_specs_recipe():
+    """training_arguments keeps base's class; plan_for of a spec naming a recipe takes the
+    recipe's sample count, as date plan does."""
+    import transformers
+
+    from date_engine import load_spec
+
+    run = _digits.plan(devices=1)
+    base = transformers.Seq2SeqTrainingArguments(output_dir="out", predict_with_generate=True)
+    scaled = training_arguments(run, base=base)
+    assert isinstance(scaled, transformers.Seq2SeqTrainingArguments)
+    assert scaled.predict_with_generate and scaled.max_steps == run.last_step
+    spec = load_spec("lenet-digits", ["baseline.dataset_size=null"])
+    assert spec.baseline.dataset_size is None and spec.recipe == "lenet-digits"
+    assert plan_for(spec, 256).plan.total_iterations == plan_for("lenet-digits", 256).plan\
+        .total_iterations

@@ -53,7 +53,8 @@ def training_arguments(run: RunPlan, output_dir: str | None = None, *, base: Any
     """``TrainingArguments`` with the fields the plan sets (:func:`~date_engine.integrations.
     hf_arguments`: the batch split, steps, LR, schedule and warmup, clipping, the optimizer's
     options), every other field of ``base`` (the baseline's own arguments: logging, saving,
-    precision, seeds, ...) or HF's defaults, then ``overrides``."""
+    precision, seeds, ...) or HF's defaults, then ``overrides``; of ``base``'s class
+    (``Seq2SeqTrainingArguments`` stays one)."""
     expect(run, RunPlan, "training_arguments: run", "a RunPlan (date_engine.plan_for(...))")
     kept: dict[str, Any] = {}
     if base is not None:
@@ -67,7 +68,8 @@ def training_arguments(run: RunPlan, output_dir: str | None = None, *, base: Any
         fields["output_dir"] = output_dir
     if fields.get("output_dir") is None:
         raise DateError("training_arguments: give output_dir, or base= arguments that have one.")
-    return transformers.TrainingArguments(**fields)
+    kind = transformers.TrainingArguments if base is None else type(base)  # Seq2Seq's too
+    return kind(**fields)
 
 
 COMPLETE = "date_complete.json"
