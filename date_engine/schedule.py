@@ -44,16 +44,18 @@ class PlanScheduler(torch.optim.lr_scheduler.LRScheduler):
     def state_dict(self) -> dict[str, Any]:
         return {"last_epoch": self.last_epoch, "_step_count": self._step_count,
                 "plan": self.plan.summary(),
-                "samples": int(self.plan.samples_through(max(self.last_epoch, 0)))}
+                "samples": int(self.plan.samples_through(max(self.last_epoch, 0))),
+                "proportions": [g["initial_lr"] / self.plan.peak_lr
+                                for g in self.optimizer.param_groups]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         step = resumed_step(self.plan, state_dict, self.replan)
         saved = state_dict.get("plan")
         if saved is not None and saved["id"] != self.plan.identity:
-            # replanned: the optimizer's groups were loaded with the saved plan's settings
-            for group in self.optimizer.param_groups:
-                if "initial_lr" in group:
-                    group["initial_lr"] *= self.plan.peak_lr / saved["peak_lr"]
+            # replanned: each group at its saved proportion of this plan's peak, with this plan's
+            # options (an optimizer loaded from the checkpoint holds the saved plan's)
+            for group, share in zip(self.optimizer.param_groups, state_dict["proportions"]):
+                group["initial_lr"] = share * self.plan.peak_lr
                 _set_options(group, self.plan.optimizer.options)
         self.last_epoch = step - 1
         self._step_count = state_dict["_step_count"] - state_dict["last_epoch"] + step - 1

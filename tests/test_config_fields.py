@@ -94,11 +94,14 @@ def test_a_bad_field_is_one_sentence_naming_it(tmp_path, reader, field, schedule
 
 
 def test_the_fields_as_they_mean_it():
-    """warmup_ratio 1.0 is the whole run, 0.5 half of it (as is warmup_steps 0.5 in
-    transformers 5); a batch of 16.7 or true is refused, 16.0 is 16; a schedule may not end above
-    its LR; a dict without max_grad_norm clips at HF's default 1.0."""
-    whole = baseline_from_hf({**HF, "max_steps": 100, "warmup_ratio": 1.0}, 1024)
-    assert whole.baseline.warmup_epochs * 1024 / 16 == 100
+    """warmup_ratio 0.5 is half the run (as is warmup_steps 0.5 in transformers 5), 1.0 the whole
+    of it, refused in the field's own name; a batch of 16.7 or true is refused, 16.0 is 16; a
+    schedule may not end above its LR; a dict without max_grad_norm clips at HF's default 1.0."""
+    with pytest.raises(SpecError, match=r"warmup_ratio 1.0 warms up for 100 steps of the run's "
+                                        r"100, so it never trains at its peak"):
+        baseline_from_hf({**HF, "max_steps": 100, "warmup_ratio": 1.0}, 1024)
+    with pytest.raises(SpecError, match="warmup_epochs 10 is not shorter than epochs 10"):
+        baseline_from_timm({**TIMM, "warmup_epochs": 10}, 50_000)
     for args in ({"warmup_ratio": 0.5}, {"warmup_steps": 0.5}):
         half = baseline_from_hf({**HF, "max_steps": 100, **args}, 1024)
         assert half.baseline.warmup_epochs * 1024 / 16 == 50

@@ -492,7 +492,8 @@ def test_a_date_trainer_run_resumed_from_its_own_checkpoint_ends_where_the_whole
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-20"))
     assert resumed.lr_scheduler.state_dict() == {
         "last_epoch": run.last_step, "_step_count": run.last_step + 1,
-        "plan": run.plan.summary(), "samples": run.last_step * run.split.batch}
+        "plan": run.plan.summary(), "samples": run.last_step * run.split.batch,
+        "proportions": [1.0]}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-10", "checkpoint-20",
                                                           "checkpoint-30", "checkpoint-32"]
     assert all((p / "date_complete.json").is_file() for p in tmp_path.iterdir())

@@ -159,3 +159,40 @@ def test_warmup_past_the_end_is_refused_with_the_largest_batch_that_fits():
     derive_plan(lenet_spec(), 15335)
     with pytest.raises(PlanError, match="LEGW fits up to batch 15335"):
         derive_plan(lenet_spec(), 15336)
+
+
+def test_the_schedulers_state_carries_its_plan_and_refuses_another():
+    """The state Lightning and accelerate checkpoint: loaded under another plan it is refused
+    naming both; with replan=True it continues at the new plan's step of as many samples; an
+    older state without a plan loads as before; the same plan split otherwise loads as saved."""
+    import torch
+
+    from date_engine import baseline, plan_for, scheduler_for
+    from date_engine.errors import DateError
+
+    base = baseline(batch_size=16, lr=2e-3, warmup_epochs=0.25, epochs=4, dataset_size=1024,
+                    optimizer="adamw")
+    old, new = plan_for(base, 128), plan_for(base, 64)
+    param = torch.nn.Parameter(torch.zeros(2))
+
+    def scheduler(run, **kwargs):
+        optimizer = torch.optim.AdamW([param], lr=run.plan.peak_lr)
+        return scheduler_for(optimizer, run, **kwargs), optimizer
+
+    saved, _ = scheduler(old)
+    for _ in range(20):
+        saved.step()
+    state = saved.state_dict()
+    assert state["plan"] == old.plan.summary() and state["samples"] == 20 * 128
+    with pytest.raises(DateError, match=r"another plan \(batch 128, 32 steps.*\(batch 64, 64 "
+                                        r"steps.*replan=True"):
+        scheduler(new)[0].load_state_dict(state)
+    replanned, optimizer = scheduler(new, replan=True)
+    replanned.load_state_dict(state)
+    assert replanned.last_epoch == 40 and optimizer.param_groups[0]["lr"] == new.plan.lr(41)
+    same, optimizer = scheduler(plan_for(base, 128, micro_batch=32))
+    same.load_state_dict(state)
+    assert optimizer.param_groups[0]["lr"] == old.plan.lr(21)
+    unmarked, optimizer = scheduler(new)
+    unmarked.load_state_dict({"last_epoch": 5, "_step_count": 6})
+    assert optimizer.param_groups[0]["lr"] == new.plan.lr(6)

@@ -180,6 +180,7 @@ def baseline_from_hf(args: Any, train_samples: int, world_size: int = 1) -> Spec
         f.count("gradient_accumulation_steps")
     steps = _hf_steps(f, train_samples, world_size)
     warmup = f.number("warmup_steps")
+    field = "warmup_steps" if warmup else "warmup_ratio"
     if warmup >= 1:  # steps
         warmup_steps = f.number("warmup_steps", whole=True)
     else:  # transformers 5: a share of training below 1; transformers 4: warmup_ratio
@@ -187,9 +188,10 @@ def baseline_from_hf(args: Any, train_samples: int, world_size: int = 1) -> Spec
     kind = f.text("lr_scheduler_type", "linear")
     if kind == "constant":
         warmup_steps = 0  # HF's constant schedule has no warmup, whatever warmup_steps says
-    if warmup_steps > steps:
-        raise SpecError(f"TrainingArguments: warmup_steps {warmup_steps} is longer than the run's "
-                        f"{steps} steps; give a warmup within the run.")
+    if warmup_steps >= steps:
+        raise SpecError(f"TrainingArguments: {field} {f.raw(field)!r} warms up for "
+                        f"{warmup_steps} steps of the run's {steps}, so it never trains at its "
+                        f"peak; give a warmup shorter than the run.")
     lr = f.number("learning_rate", high=1e6, above=True)
     baseline = {"batch_size": batch, "lr": lr, "iterations": steps,
                 "warmup_epochs": warmup_steps * batch / train_samples,
@@ -303,9 +305,9 @@ def baseline_from_timm(args: Mapping[str, Any], train_samples: int, world_size: 
     lr = _timm_lr(f, world_size)
     epochs = f.number("epochs", high=1e6, above=True)
     warmup = f.number("warmup_epochs", 0, high=1e6)
-    if warmup > epochs:
-        raise SpecError(f"args.yaml: warmup_epochs {warmup:g} is longer than epochs {epochs:g}; "
-                        f"give a warmup within the run.")
+    if warmup >= epochs:
+        raise SpecError(f"args.yaml: warmup_epochs {warmup:g} is not shorter than epochs "
+                        f"{epochs:g}, so the run never trains at its peak; give a shorter warmup.")
     baseline: dict[str, Any] = {
         "batch_size": batch, "lr": lr, "epochs": epochs, "warmup_epochs": warmup,
         "dataset_size": train_samples, "optimizer": _timm_optimizer(f),
