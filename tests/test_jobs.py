@@ -176,6 +176,58 @@ def test_a_job_stopped_and_requeued_each_way_ends_where_the_uninterrupted_run_do
     assert log.read_text().rstrip().endswith("of 135; nothing to do.")
 
 
+LONG = ["--batch", 256, "--set", "baseline.epochs=1500", "--set", "baseline.warmup_epochs=0.5",
+        "--set", "train.checkpoint_every=500", "--set", "train.log_every=500"]
+"""lenet-digits at batch 256 for 8,420 steps: about 75 s on 2 processes here, longer than the 30
+to 60 s after its start at which Slurm sends the signal of a 2-minute job's --signal=B:USR1@60
+(slurmctld checks time limits every 30 s)."""
+
+
+def _job_field(job: str, env, field: str) -> str:
+    shown = subprocess.run(["scontrol", "show", "job", job], env=env, capture_output=True,
+                           text=True).stdout
+    return next((w.split("=", 1)[1] for w in shown.split() if w.startswith(f"{field}=")), "")
+
+
+def test_a_job_at_its_time_limit_requeues_itself_and_completes(slurm, tmp_path):
+    """The emitted script with a 2-minute time limit and the stop signal 60 s before it: Slurm's
+    SIGUSR1 stops the run after its step with a checkpoint, date scale requeues the job itself
+    (scontrol requeue), and the job started again continues; it ends COMPLETED by itself, with
+    the weights of the uninterrupted run. The test only brings each requeued job's start forward
+    (Slurm holds it back 2 minutes)."""
+    import os
+    import time
+
+    from tests.bounds import hang_limit
+    from tests.runs import date
+
+    reference = tmp_path / "reference"  # the run never stopped, as the job's tasks train it
+    done = date("scale", SPEC, *LONG, "--nproc", 2, "-o", reference,
+                env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    emitted = date("plan", SPEC, *LONG, "--devices", 2, "--emit", "slurm-cpu")
+    assert emitted.returncode == 0, emitted.stderr
+    (tmp_path / "job.sh").write_text(emitted.stdout)
+    job = _submit(tmp_path, slurm, "--time=2", "--signal=B:USR1@60")
+    log = tmp_path / "date-lenet-digits-B256.out"
+    deadline, nudged = time.monotonic() + hang_limit(300), "0"
+    while _queued(job, slurm):
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        restarts = _job_field(job, slurm, "Restarts")
+        if restarts != nudged and _job_field(job, slurm, "Reason") == "BeginTime":
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now+3"],
+                           env=slurm)  # once a requeue
+            nudged = restarts
+        time.sleep(1)
+    assert wait_for(job, slurm, idle_s=30) == "COMPLETED", log.read_text()[-3000:]
+    assert int(_job_field(job, slurm, "Restarts")) >= 1
+    text = log.read_text()
+    assert "checkpointed: requeueing it" in text and "Traceback" not in text, text[-3000:]
+    out = tmp_path / "runs" / "lenet-digits-B256"
+    a, b = final_model(reference), final_model(out)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_the_hf_example_as_the_jobs_command_trains_the_plan_on_two_processes(slurm, tmp_path):
     """--emit slurm-cpu --command: HF's Trainer example under torchrun on 2 processes, the plan
     split over them, its checkpoints in its folder (tests/test_integrations.py resumes them)."""
