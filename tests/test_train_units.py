@@ -360,10 +360,11 @@ def test_the_summary_says_what_its_wall_time_covers():
 
 def test_only_the_time_limits_signal_requeues_and_only_the_first_task(tmp_path, capsys,
                                                                      monkeypatch):
-    """requeue_at_time_limit runs `scontrol requeue JOB` (here a stand-in that records its argv)
-    for a run stopped by SIGUSR1 in the job's first task; a stop by SIGTERM (scancel), a
-    finished run, another task or no Slurm job requeues nothing; a failed requeue says what to
-    do."""
+    """requeue_at_time_limit runs `scontrol requeue JOB` (here stand-ins for scontrol and squeue
+    that record their argv and say the time left) for a run stopped by SIGUSR1 in the job's
+    first task within REQUEUE_WINDOW_S of its time limit; a stop by SIGTERM (scancel), a
+    finished run, another task, no Slurm job, a SIGUSR1 long before the limit or to a job
+    without one requeues nothing; a failed requeue says what to do."""
     import os
     import signal
 
@@ -371,17 +372,22 @@ def test_only_the_time_limits_signal_requeues_and_only_the_first_task(tmp_path, 
 
     monkeypatch.setattr(signal, "signal", lambda sig, handler: signal.SIG_DFL)  # this process's
     record = tmp_path / "argv"
-    stand_in = tmp_path / "scontrol"
-    stand_in.write_text(f"#!/bin/sh\necho \"$@\" >> {record}\n[ \"$2\" != 13 ]\n")
-    stand_in.chmod(0o755)
+    for name, body in (("scontrol", f'echo "$@" >> {record}\n[ "$2" != 13 ]'),
+                       ("squeue", 'echo "$LEFT"')):
+        (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / name).chmod(0o755)
     env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", "SLURM_JOB_ID": "12",
-           "SLURM_PROCID": "0"}
+           "SLURM_PROCID": "0", "LEFT": "2:55"}
     assert requeue_at_time_limit(TIME_LIMIT_CODE, env)
     assert record.read_text() == "requeue 12\n"
     assert "checkpointed: requeueing it" in capsys.readouterr().err
     for code, changed in ((143, {}), (0, {}), (TIME_LIMIT_CODE, {"SLURM_PROCID": "1"}),
-                          (TIME_LIMIT_CODE, {"SLURM_JOB_ID": ""})):
-        assert not requeue_at_time_limit(code, {**env, **changed})
+                          (TIME_LIMIT_CODE, {"SLURM_JOB_ID": ""}),
+                          (TIME_LIMIT_CODE, {"LEFT": "UNLIMITED"}),
+                          (TIME_LIMIT_CODE, {"LEFT": "1-00:00:00"}),
+                          (TIME_LIMIT_CODE, {"LEFT": "45:00"})):
+        assert not requeue_at_time_limit(code, {**env, **changed}), (code, changed)
     assert record.read_text() == "requeue 12\n"
+    assert requeue_at_time_limit(TIME_LIMIT_CODE, {**env, "LEFT": "0-00:29:00"})
     assert not requeue_at_time_limit(TIME_LIMIT_CODE, {**env, "SLURM_JOB_ID": "13"})
     assert "could not requeue Slurm job 13" in capsys.readouterr().err

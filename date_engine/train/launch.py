@@ -158,17 +158,27 @@ TIME_LIMIT_CODE = 128 + signal.SIGUSR1
 (``--signal=B:USR1@...`` in the emitted job), forwarded by srun to its tasks."""
 
 
+REQUEUE_WINDOW_S = 1800
+"""A SIGUSR1 within this many seconds of the job's time limit is the limit's warning
+(``--signal=B:USR1@180`` is sent 180 to 240 s before it); one earlier, or to a job without a
+limit, is an operator's stop, which is not requeued."""
+
+
 def requeue_at_time_limit(code: int, env: dict[str, str] | None = None) -> bool:
     """Requeue this Slurm job once its run has stopped for the time limit (``code`` is
-    :data:`TIME_LIMIT_CODE`: the run has checkpointed), as Lightning's SLURM plugin and submitit
-    do: ``scontrol requeue`` by the job's first task, so that the job starts again and continues
-    the run (``--auto-resume``). A stop by any other signal (a plain ``scancel`` sends SIGTERM) is
-    not requeued; a failed requeue says what to do. Whether it was requeued."""
+    :data:`TIME_LIMIT_CODE` and the job's limit is within :data:`REQUEUE_WINDOW_S`: the run has
+    checkpointed), as Lightning's SLURM plugin and submitit do: ``scontrol requeue`` by the
+    job's first task, so that the job starts again and continues the run (``--auto-resume``). A
+    stop by any other signal (a plain ``scancel`` sends SIGTERM) is not requeued; a failed
+    requeue says what to do. Whether it was requeued."""
     import subprocess
 
     env = dict(os.environ) if env is None else env
     job = env.get("SLURM_JOB_ID")
     if code != TIME_LIMIT_CODE or not job or env.get("SLURM_PROCID", "0") != "0":
+        return False
+    left = _time_left(job, env)
+    if left is None or left > REQUEUE_WINDOW_S:
         return False
     print(f"Slurm job {job} reached its time limit's signal with the run checkpointed: "
           "requeueing it; it continues from this checkpoint.", file=sys.stderr, flush=True)
@@ -192,6 +202,25 @@ def requeue_at_time_limit(code: int, env: dict[str, str] | None = None) -> bool:
     print(f"warning: could not requeue Slurm job {job} ({why}); submit the same script again: "
           "it continues from the run's newest checkpoint.", file=sys.stderr)
     return False
+
+
+def _time_left(job: str, env: dict[str, str]) -> float | None:
+    """Seconds until ``job``'s time limit (squeue's %L: [days-]hours:minutes:seconds), None
+    where it has none or squeue cannot say."""
+    import subprocess
+
+    try:
+        shown = subprocess.run(["squeue", "-h", "-j", job, "-o", "%L"], capture_output=True,
+                               text=True, env=env, timeout=60).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    days, _, clock = shown.rpartition("-")
+    parts = clock.split(":")
+    if not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3 or \
+            (days and not days.isdigit()):
+        return None  # UNLIMITED, NOT_SET, INVALID or nothing
+    seconds = sum(int(p) * 60 ** i for i, p in enumerate(reversed(parts)))
+    return seconds + 86400 * int(days or 0)
 
 
 def job_exit_code(codes: list[int]) -> int:

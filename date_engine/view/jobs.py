@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from date_engine.errors import DateError
 from date_engine.runplan import RunPlan
 
-__all__ = ["Job", "dns_name", "job_for", "k8s_manifest", "plain_text", "slurm_script"]
+__all__ = ["Job", "dns_name", "job_for", "job_name", "k8s_manifest", "plain_text", "slurm_script"]
 
 GRACE_S = 180
 """Seconds between the stop signal and the end of the job: Slurm's signal before the time limit
