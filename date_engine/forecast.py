@@ -94,8 +94,9 @@ class NoiseCurve:
         return self.spread * math.sqrt(1 / self.points + (x - self.center) ** 2 / self.sxx)
 
     def shifted(self, z: float) -> Callable[[float], float]:
-        """The curve ``z`` standard errors above (z > 0) or below the fit at every epoch."""
-        return lambda epoch: self(epoch) * math.exp(z * self.log_error(epoch))
+        """The curve ``z`` standard errors above (z > 0) or below the fit at every epoch (a fit
+        too wide to say gives inf or 0, not an overflow)."""
+        return lambda epoch: self(epoch) * math.exp(min(z * self.log_error(epoch), 700.0))
 
     @classmethod
     def fit(cls, points: Sequence[tuple[float, float]]) -> NoiseCurve:

@@ -343,6 +343,8 @@ PROBE_VALUES = st.one_of(SCALARS, st.lists(SCALARS, max_size=3),
                         min_size=1, max_size=3), budget=st.sampled_from(["same-epochs", "hold",
                                                                           "ramp"]))
 @example(changes=[("points.1.epoch", False, 36550318388.0)], budget="ramp")  # a·e^β overflowed
+@example(changes=[("points.0.noise_scale", False, 2.67e-245),  # the error band's e^(z·s) did
+                  ("points.2.noise_scale", False, 2.67e-245)], budget="same-epochs")
 def test_fuzz_probe_files(tmp_path, changes, budget):
     """Any probe.json with fields changed or removed: `date plan --probe` exits 0 or 2, with no
     traceback and no hang."""

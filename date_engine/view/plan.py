@@ -384,9 +384,8 @@ def describe_extras(plan: Plan) -> str:
 def _optimizer_line(plan: Plan, split: BatchSplit | None = None) -> Text:
     text = Text("Optimizer: ", style="bold")
     text.append(describe_optimizer(plan))
-    text.append(f"; {describe_extras(plan)}")
-    if plan.optimizer.layer_ratio["mode"] != "off":
-        text.append(" (in DateTrainer and Lightning: the base optimizer alone unless date=True)")
+    text.append("\nClipping and decay: ", style="bold")
+    text.append(describe_extras(plan))
     opt = plan.optimizer
     text.append("\nStep: ", style="bold")
     text.append(step_path(opt.name, opt.options, opt.layer_ratio["mode"])[1])
