@@ -6,8 +6,8 @@ Each seed trains the baseline with HF's plain ``Trainer`` (batch 16, 300 steps, 
 0 after a 5 % warmup, weight decay 0.1 with HF's exemptions, clipping at 1.0), then 8× its batch
 (128) in the baseline's epochs four ways:
 
-- ``date``: ``DateTrainer(plan=run, date=True)``, DATE's ratios over AdamW,
-- ``base``: ``DateTrainer(plan=run, date=False)``, AdamW alone with the plan's settings,
+- ``date``: ``DateTrainer(run=run, date=True)``, DATE's ratios over AdamW,
+- ``base``: ``DateTrainer(run=run, date=False)``, AdamW alone with the plan's settings,
 - ``sqrt-by-hand``: HF's plain Trainer with the baseline's arguments, η0·√8 and 8× fewer steps,
 - ``linear-by-hand``: the same with η0·8,
 

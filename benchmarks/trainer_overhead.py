@@ -108,7 +108,7 @@ def one(model_name: str, way: str, steps: int) -> dict:
                 trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
             else:
                 trainer = DateTrainer(model=model, args=training_arguments(run, base=args),
-                                      train_dataset=data, plan=run, date=way == "date")
+                                      train_dataset=data, run=run, date=way == "date")
             trainer.add_callback(Clock())
             trainer.train()
     steps_s = [b - a for a, b in zip(times[WARMUP:], times[WARMUP + 1:])]

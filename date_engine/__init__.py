@@ -27,8 +27,9 @@ __version__ = "0.9.0"
 # name -> module, imported on first access: `date +%s` (handed to the system's date) and `date
 # plan` (no torch) pay only for what they use
 _LAZY = {
-    **dict.fromkeys(("baseline", "optimizer_for", "plan_for", "scheduler_for"),
-                    "date_engine.api"),
+    **dict.fromkeys(("baseline", "plan_for"), "date_engine.api"),
+    "optimizer_for": "date_engine.optim.build",
+    "scheduler_for": "date_engine.schedule",
     "NoiseScale": "date_engine.noise",
     **dict.fromkeys(("baseline_from_file", "baseline_from_hf", "baseline_from_timm"),
                     "date_engine.integrations.configs"),
@@ -45,7 +46,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # what the names are, for readers and type checkers
-    from date_engine.api import baseline, optimizer_for, plan_for, scheduler_for
+    from date_engine.api import baseline, plan_for
     from date_engine.errors import DateError, PlanError, SpecError
     from date_engine.integrations.configs import (
         baseline_from_file,
@@ -54,8 +55,10 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers
     )
     from date_engine.noise import NoiseScale
     from date_engine.optim import DATE, LAMB, LARS
+    from date_engine.optim.build import optimizer_for
     from date_engine.plan import Derivation, OptimizerSettings, Phase, Plan
     from date_engine.runplan import BatchSplit, RunPlan
+    from date_engine.schedule import scheduler_for
     from date_engine.shapes import Schedule
     from date_engine.spec import Spec, load_spec, parse_spec
 

@@ -13,27 +13,40 @@ its split; the optimizer and the LR scheduler that train with it.
     opt = optimizer_for(model, run)                    # DATE over AdamW with the plan's β2, ε, λ
     sched = scheduler_for(opt, run)                    # step it once per optimizer step
 
-Everything but :func:`optimizer_for` and :func:`scheduler_for` is torch-free.
+Everything but :func:`optimizer_for` and :func:`scheduler_for` is torch-free: they live where they
+are built (:mod:`date_engine.optim.build`, :mod:`date_engine.schedule`), re-exported here and loaded
+on first use; :func:`spec_with` lives in :mod:`date_engine.spec`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any
 
-from date_engine.errors import ArgumentError, DateError, PlanError, SpecError, expect, named
+from date_engine.errors import DateError, PlanError, expect
 from date_engine.runplan import RunPlan, resolve_plan
-from date_engine.spec import DateSpec, Spec, load_spec, parse_spec
+from date_engine.spec import Spec, parse_spec, spec_with
 
 if TYPE_CHECKING:
-    import torch
-
-    from date_engine.plan import Plan
+    from date_engine.optim.build import optimizer_for
     from date_engine.recipes import Recipe
+    from date_engine.schedule import scheduler_for
 
 __all__ = ["baseline", "config_spec", "forecast_times", "memory_fit", "optimizer_for", "plan_for",
            "scheduler_for", "spec_with"]
+
+_BUILT_ELSEWHERE = {"optimizer_for": "date_engine.optim.build",
+                    "scheduler_for": "date_engine.schedule"}
+"""The torch-based builders this module re-exports, imported on first use."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _BUILT_ELSEWHERE:
+        import importlib
+
+        return getattr(importlib.import_module(_BUILT_ELSEWHERE[name]), name)
+    raise AttributeError(f"module 'date_engine.api' has no attribute {name!r}")
 
 
 def baseline(*, batch_size: int, lr: float, warmup_epochs: float = 0.0,
@@ -60,36 +73,6 @@ def baseline(*, batch_size: int, lr: float, warmup_epochs: float = 0.0,
     return parse_spec(raw, source="baseline()")
 
 
-def spec_with(spec: Spec | str | Path, overrides: Iterable[str] = (), *,
-              probe: str | Path | None = None, budget: str | None = None,
-              parallel: str | None = None) -> Spec:
-    """``spec`` (a Spec, a YAML path or a shipped baseline's name) with ``key=value`` overrides,
-    then ``probe``, ``budget`` and ``parallel`` set (date.probe, date.budget, train.parallel)."""
-    import json
-
-    overrides = [overrides] if isinstance(overrides, str) else list(_iterable(
-        overrides, "overrides", "key=value strings"))
-    for override in overrides:
-        expect(override, str, "overrides", "a list of key=value strings (e.g. 'baseline.lr=0.1')")
-    if parallel is not None:
-        overrides.append(f"train.parallel={json.dumps(parallel)}")
-    if probe is not None:  # absolute, so that every process and sweep cell finds it
-        overrides.append(f"date.probe={json.dumps(str(Path(probe).absolute()))}")
-    if budget is not None:
-        budgets = get_args(DateSpec.model_fields["budget"].annotation)
-        if budget not in budgets:
-            raise SpecError(f"{named('budget', '--budget')}: must be one of "
-                            f"{', '.join(budgets)}; got {budget!r}.")
-        overrides.append(f"date.budget={json.dumps(budget)}")
-    expect(spec, (Spec, str, Path), "spec", "a Spec (baseline(...), load_spec(...)), a YAML "
-           "path or a shipped baseline's name")
-    if isinstance(spec, Spec):
-        if not overrides:
-            return spec
-        return parse_spec(spec.model_dump(mode="json", exclude_none=True), overrides)
-    return load_spec(spec, overrides)
-
-
 def config_spec(arg: str | None, config: Path, samples: int | None, devices: int | None,
                 overrides: list[str] | None, probe: Path | None, budget: str | None,
                 parallel: str | None) -> tuple[Path, Spec, str]:
@@ -106,12 +89,6 @@ def config_spec(arg: str | None, config: Path, samples: int | None, devices: int
     spec = spec_with(baseline_from_file(config, samples, world), overrides or (), probe=probe,
                      budget=budget, parallel=parallel)
     return config, spec, f"baseline_from_file({str(config)!r}, {samples}, {world})"
-
-
-def _iterable(value: Any, parameter: str, what: str) -> Iterable[Any]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        expect(value, list, parameter, f"a list of {what}")
-    return value
 
 
 def plan_for(spec: Spec | str | Path, batch: int | None = None, *, devices: int = 1,
@@ -147,64 +124,6 @@ def _recipe(recipe: Any) -> Recipe | None:
     if recipe is not None:
         expect(recipe, Recipe, "plan_for: recipe", "a Recipe or a recipe's name")
     return recipe
-
-
-def _plan(run: RunPlan | Plan, caller: str) -> Plan:
-    from date_engine.plan import Plan
-
-    expect(run, (RunPlan, Plan), f"{caller}: run", "a RunPlan (plan_for(...))")
-    return run.plan if isinstance(run, RunPlan) else run
-
-
-def optimizer_for(model: torch.nn.Module | Iterable[Any], run: RunPlan | Plan, *,
-                  date: bool = True) -> torch.optim.Optimizer:
-    """The optimizer the plan derived, at its peak LR: DATE's per-layer ratios over the base
-    optimizer with the plan's options (β2, ε, λ, ...); with ``date=False`` the base alone (the
-    same options, no ratios). ``model``: a module, or its ``named_parameters()``."""
-    import torch
-
-    from date_engine.optim.build import build_base_optimizer, build_optimizer
-
-    plan = _plan(run, "optimizer_for")
-    expect(date, bool, "optimizer_for: date", "True (DATE's ratios) or False (the base alone)")
-    if isinstance(model, torch.nn.Module):
-        params = list(model.named_parameters())
-    else:
-        params = list(_iterable(model, "optimizer_for: model",
-                                "parameters: a torch module, or its named_parameters()"))
-    if not any(getattr(p, "requires_grad", False) for p in _tensors(params)):
-        raise ArgumentError("optimizer_for: model has no parameters to train (none requires "
-                            "grad); pass the model after its layers are built.")
-    if date:
-        return build_optimizer(params, plan.optimizer, plan.peak_lr)
-    return build_base_optimizer(params, plan.optimizer.name, plan.optimizer.options,
-                                plan.peak_lr, plan.optimizer.decay_exempt)
-
-
-def scheduler_for(optimizer: torch.optim.Optimizer, run: RunPlan | Plan, *, replan: bool = False
-                  ) -> torch.optim.lr_scheduler.LRScheduler:
-    """The plan's LR schedule over ``optimizer``: step it once per optimizer step (not per
-    micro-batch, not per process); optimizer step s (from 1) runs at ``plan.lr(s)``. Its state
-    carries the plan's id: loading a state saved under another plan is refused, unless
-    ``replan`` (continue at the step of this plan that has trained on as many samples)."""
-    import torch
-
-    from date_engine.schedule import plan_scheduler
-
-    plan = _plan(run, "scheduler_for")
-    expect(optimizer, torch.optim.Optimizer, "scheduler_for: optimizer",
-           "the torch optimizer to schedule (optimizer_for(model, run))")
-    expect(replan, bool, "scheduler_for: replan", "True or False")
-    return plan_scheduler(optimizer, plan, replan)
-
-
-def _tensors(params: list[Any]) -> Iterable[Any]:
-    """The parameters of ``params``: bare, (name, parameter) pairs, or param groups of either."""
-    for item in params:
-        if isinstance(item, dict):
-            yield from _tensors(list(item.get("params", ())))
-        else:
-            yield item[1] if isinstance(item, tuple) and len(item) == 2 else item
 
 
 def memory_fit(run: RunPlan, bench_path: Path | None, device_memory: str) -> Any:

@@ -74,9 +74,8 @@ def _spec(arg: str | None, overrides: list[str] | None, probe: Path | None = Non
           budget: str | None = None, parallel: str | None = None) -> tuple[Path, Spec]:
     """SPEC (a file, or a shipped baseline's name) validated, with the overrides; ``--probe``,
     ``--budget`` and ``--parallel`` last (they set date.probe, date.budget, train.parallel)."""
-    from date_engine.api import spec_with
     from date_engine.checks import a_path
-    from date_engine.spec import shipped_or_path
+    from date_engine.spec import shipped_or_path, spec_with
 
     if arg is None:  # date plan's SPEC is optional: --from gives the baseline instead
         raise DateError("give the baseline: SPEC (a YAML, or a shipped name: date recipes), or "

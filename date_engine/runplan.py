@@ -39,6 +39,7 @@ __all__ = [
     "Sharding",
     "halvings",
     "largest_divisor",
+    "plan_of",
     "resolve_plan",
     "split_batch",
     "stage_split",
@@ -307,6 +308,15 @@ class _DryRun(RunPlan):
 
     __slots__ = ()
     dry_steps = DRY_RUN_STEPS
+
+
+def plan_of(run: Any, caller: str) -> Plan:
+    """The Plan of ``run`` (a RunPlan, or a Plan itself), or a DateError naming ``caller``'s
+    argument."""
+    from date_engine.errors import expect
+
+    expect(run, (RunPlan, Plan), f"{caller}: run", "a RunPlan (plan_for(...))")
+    return run.plan if isinstance(run, RunPlan) else run
 
 
 def resolve_plan(

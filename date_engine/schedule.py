@@ -12,10 +12,11 @@ from typing import Any
 
 import torch
 
-from date_engine.errors import DateError
+from date_engine.errors import DateError, expect
 from date_engine.plan import Plan
+from date_engine.runplan import RunPlan, plan_of
 
-__all__ = ["PlanScheduler", "plan_scheduler", "set_lr"]
+__all__ = ["PlanScheduler", "plan_scheduler", "scheduler_for", "set_lr"]
 
 
 class PlanScheduler(torch.optim.lr_scheduler.LRScheduler):
@@ -124,3 +125,16 @@ def _set_options(group: dict[str, Any], options: dict[str, Any]) -> None:
 def _like(current, value):
     """``value`` in the type the optimizer keeps (JSON gives lists where torch keeps tuples)."""
     return tuple(value) if isinstance(current, tuple) else value
+
+
+def scheduler_for(optimizer: torch.optim.Optimizer, run: RunPlan | Plan, *, replan: bool = False
+                  ) -> torch.optim.lr_scheduler.LRScheduler:
+    """The plan's LR schedule over ``optimizer``: step it once per optimizer step (not per
+    micro-batch, not per process); optimizer step s (from 1) runs at ``plan.lr(s)``. Its state
+    carries the plan's id: loading a state saved under another plan is refused, unless
+    ``replan`` (continue at the step of this plan that has trained on as many samples)."""
+    plan = plan_of(run, "scheduler_for")
+    expect(optimizer, torch.optim.Optimizer, "scheduler_for: optimizer",
+           "the torch optimizer to schedule (optimizer_for(model, run))")
+    expect(replan, bool, "scheduler_for: replan", "True or False")
+    return plan_scheduler(optimizer, plan, replan)

@@ -26,7 +26,7 @@ import types
 import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -41,7 +41,7 @@ from pydantic import (
 )
 
 from date_engine.catalog import LAYER_RATIO_DEFAULTS, entry, spec_names
-from date_engine.errors import SpecError, named
+from date_engine.errors import SpecError, expect, named
 from date_engine.files import read_small_text
 from date_engine.shapes import DecayShape, Schedule, Shape
 
@@ -56,6 +56,7 @@ __all__ = [
     "describe_error",
     "load_spec",
     "parse_spec",
+    "spec_with",
 ]
 
 OptimizerName = Literal[spec_names()]  # type: ignore[valid-type]  # the catalog's names
@@ -811,3 +812,32 @@ def _type_name(value: Any) -> str:
     return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
         type(value), type(value).__name__
     )
+
+
+def spec_with(spec: Spec | str | Path, overrides: Iterable[str] = (), *,
+              probe: str | Path | None = None, budget: str | None = None,
+              parallel: str | None = None) -> Spec:
+    """``spec`` (a Spec, a YAML path or a shipped baseline's name) with ``key=value`` overrides,
+    then ``probe``, ``budget`` and ``parallel`` set (date.probe, date.budget, train.parallel)."""
+    if isinstance(overrides, bytes) or not isinstance(overrides, (str, Iterable)):
+        expect(overrides, list, "overrides", "a list of key=value strings")
+    overrides = [overrides] if isinstance(overrides, str) else list(overrides)
+    for override in overrides:
+        expect(override, str, "overrides", "a list of key=value strings (e.g. 'baseline.lr=0.1')")
+    if parallel is not None:
+        overrides.append(f"train.parallel={json.dumps(parallel)}")
+    if probe is not None:  # absolute, so that every process and sweep cell finds it
+        overrides.append(f"date.probe={json.dumps(str(Path(probe).absolute()))}")
+    if budget is not None:
+        budgets = get_args(DateSpec.model_fields["budget"].annotation)
+        if budget not in budgets:
+            raise SpecError(f"{named('budget', '--budget')}: must be one of "
+                            f"{', '.join(budgets)}; got {budget!r}.")
+        overrides.append(f"date.budget={json.dumps(budget)}")
+    expect(spec, (Spec, str, Path), "spec", "a Spec (baseline(...), load_spec(...)), a YAML "
+           "path or a shipped baseline's name")
+    if isinstance(spec, Spec):
+        if not overrides:
+            return spec
+        return parse_spec(spec.model_dump(mode="json", exclude_none=True), overrides)
+    return load_spec(spec, overrides)

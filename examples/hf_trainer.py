@@ -37,7 +37,7 @@ def main(folder: str | None = None) -> float:
                                   save_steps=run.last_step // 5, logging_steps=8,
                                   disable_tqdm=True, ddp_find_unused_parameters=False,
                                   seed=0, data_seed=0)
-        trainer = DateTrainer(model=MLP(), args=args, train_dataset=train, plan=run)
+        trainer = DateTrainer(model=MLP(), args=args, train_dataset=train, run=run)
         # HF's own checkpoint: weights, optimizer, the plan's step, RNG and the data's position
         trainer.train(resume_from_checkpoint=folder and last_checkpoint(folder))
     model = trainer.model

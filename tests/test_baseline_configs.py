@@ -169,7 +169,7 @@ def test_date_trainer_refuses_an_lr_curve_the_plan_would_replace(tmp_path, given
     args = hf_args(tmp_path)
     run = plan_for(baseline_from_hf(args, SAMPLES), batch=256)
     scaled = training_arguments(run, base=args, **given)
-    trainer = DateTrainer(model=Tiny(), args=scaled, plan=run,
+    trainer = DateTrainer(model=Tiny(), args=scaled, run=run,
                           train_dataset=[{"x": torch.ones(8), "labels": 0}] * 8)
     with pytest.raises(DateError, match="contradict the plan's LR curve") as refused:
         trainer.train()

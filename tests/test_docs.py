@@ -76,7 +76,7 @@ def test_readme_python_example_runs_as_written_and_prints_what_it_says(capsys):
     claimed = re.search(r"print\(.*# (.*)", block).group(1).split()
     printed = capsys.readouterr().out.split()
     assert [round(float(x), 7) for x in printed] == [float(x) for x in claimed]
-    assert scope["trainer"].plan is scope["run"]  # DateTrainer(plan=run): the RunPlan itself
+    assert scope["trainer"].run is scope["run"]  # DateTrainer(run=run): the RunPlan itself
     assert scope["scheduler"].optimizer is scope["optimizer"]
 
 

@@ -37,7 +37,7 @@ def _trainer(run, folder, replan=False, **overrides):
     args = training_arguments(run, str(folder), use_cpu=True, report_to="none",
                               save_strategy="steps", save_steps=10, disable_tqdm=True, seed=0,
                               data_seed=0, **overrides)
-    return DateTrainer(model=_digits.MLP(), args=args, train_dataset=_data(), plan=run,
+    return DateTrainer(model=_digits.MLP(), args=args, train_dataset=_data(), run=run,
                        replan=replan)
 
 

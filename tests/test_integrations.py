@@ -224,7 +224,7 @@ def _tiny_trainer(tmp_path, **overrides):
                               save_strategy="no", disable_tqdm=True, **overrides)
     model = _digits.MLP()
     train = [{"x": a, "labels": b} for a, b in zip(x, y)]
-    return DateTrainer(model=model, args=args, train_dataset=train, plan=run), model
+    return DateTrainer(model=model, args=args, train_dataset=train, run=run), model
 
 
 @pytest.mark.parametrize("overrides, says", [
@@ -250,10 +250,12 @@ def test_the_hf_trainer_takes_no_optimizers_of_its_own(tmp_path):
     pytest.importorskip("transformers")
     from date_engine.integrations.hf import DateTrainer
 
-    with pytest.raises(DateError, match="DateTrainer: plan must be a RunPlan .*, got a Plan"):
-        DateTrainer(model=_digits.MLP(), plan=_digits.plan(1).plan)
+    with pytest.raises(DateError, match="DateTrainer: run must be a RunPlan .*, got a Plan"):
+        DateTrainer(model=_digits.MLP(), run=_digits.plan(1).plan)
+    with pytest.raises(DateError, match=r"as run= \(plan= was its old name\)"):
+        DateTrainer(model=_digits.MLP(), plan=_digits.plan(1))
     with pytest.raises(DateError, match="leave optimizers= out"):
-        DateTrainer(model=_digits.MLP(), plan=_digits.plan(1), optimizers=(object(), None))
+        DateTrainer(model=_digits.MLP(), run=_digits.plan(1), optimizers=(object(), None))
 
 
 def test_lightning_set_against_the_plan_is_refused_before_a_step():
@@ -279,6 +281,8 @@ def test_lightning_set_against_the_plan_is_refused_before_a_step():
     config = optimizers_for(module.model, run)
     assert config["lr_scheduler"]["interval"] == "step"
     assert config["optimizer"].param_groups[0]["lr"] == run.plan.lr(1)
+    with pytest.raises(DateError, match=r"as run \(plan= was its old name\)"):
+        DatePlan(plan=run)
 
 
 def test_a_missing_extra_gets_the_pip_command():
@@ -446,7 +450,7 @@ def test_the_hf_trainer_ends_where_date_scale_does(tmp_path, monkeypatch):
     args = training_arguments(run, str(tmp_path / "hf"), use_cpu=True, report_to="none",
                               save_strategy="no", disable_tqdm=True)
     DateTrainer(model=hf, args=args, train_dataset=[{"x": a, "labels": b} for a, b in zip(x, y)],
-                plan=run, date=True).train()  # DATE's ratios, as date scale trains this spec
+                run=run, date=True).train()  # DATE's ratios, as date scale trains this spec
     theirs = hf.net.state_dict()
     start = same_run.model().state_dict()
     assert ours.keys() == theirs.keys()
@@ -486,9 +490,9 @@ def test_a_date_trainer_run_resumed_from_its_own_checkpoint_ends_where_the_whole
     args = training_arguments(run, str(tmp_path), use_cpu=True, report_to="none",
                               save_strategy="steps", save_steps=10, disable_tqdm=True, seed=0,
                               data_seed=0)
-    whole = DateTrainer(model=_digits.MLP(), args=args, train_dataset=train, plan=run)
+    whole = DateTrainer(model=_digits.MLP(), args=args, train_dataset=train, run=run)
     whole.train()
-    resumed = DateTrainer(model=_digits.MLP(), args=args, train_dataset=train, plan=run)
+    resumed = DateTrainer(model=_digits.MLP(), args=args, train_dataset=train, run=run)
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-20"))
     assert resumed.lr_scheduler.state_dict() == {
         "last_epoch": run.last_step, "_step_count": run.last_step + 1,

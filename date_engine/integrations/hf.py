@@ -8,7 +8,7 @@
     spec = baseline_from_hf(args, train_samples=len(train), world_size=1)  # the run that works
     run = plan_for(spec, batch=8192, devices=64)
     scaled = training_arguments(run, base=args)     # the plan's fields; every other field kept
-    trainer = DateTrainer(model=model, args=scaled, train_dataset=train, plan=run)
+    trainer = DateTrainer(model=model, args=scaled, train_dataset=train, run=run)
     trainer.train()                                  # torchrun --nproc-per-node ... as usual
 
 :class:`DateTrainer` overrides ``create_optimizer`` and ``create_scheduler`` (HF refuses
@@ -99,7 +99,7 @@ def last_checkpoint(output_dir: str | os.PathLike) -> str | None:
 
 
 class DateTrainer(transformers.Trainer):
-    """``transformers.Trainer`` that trains with a date_engine plan: ``plan=`` a RunPlan (from
+    """``transformers.Trainer`` that trains with a date_engine plan: ``run=`` a RunPlan (from
     ``date_engine.plan_for``). ``date``: DATE's per-layer ratios over the base optimizer (True)
     or the base optimizer alone (False); by default the adapters' measured choice,
     :data:`~date_engine.integrations.ADAPTER_RATIOS` (docs/integrations.md).
@@ -110,32 +110,35 @@ class DateTrainer(transformers.Trainer):
     samples. ``resume_from_checkpoint=True`` takes the newest complete checkpoint
     (:func:`last_checkpoint`); each checkpoint it saves ends with a completion mark."""
 
-    def __init__(self, *args: Any, plan: RunPlan, date: bool | None = None,
+    def __init__(self, *args: Any, run: RunPlan | None = None, date: bool | None = None,
                  replan: bool = False, **kwargs: Any) -> None:
-        expect(plan, RunPlan, "DateTrainer: plan", "a RunPlan (date_engine.plan_for(...))")
+        if "plan" in kwargs:
+            raise DateError("DateTrainer takes the RunPlan as run= (plan= was its old name); "
+                            "write DateTrainer(..., run=run).")
+        expect(run, RunPlan, "DateTrainer: run", "a RunPlan (date_engine.plan_for(...))")
         expect(date, (bool, type(None)), "DateTrainer: date", "True, False or None")
         expect(replan, bool, "DateTrainer: replan", "True or False")
         if kwargs.get("optimizers", (None, None)) != (None, None):
             raise DateError("DateTrainer builds the plan's optimizer and scheduler; leave "
                             "optimizers= out.")
-        self.plan, self.use_date, self.replan = plan, ADAPTER_RATIOS if date is None else date, \
+        self.run, self.use_date, self.replan = run, ADAPTER_RATIOS if date is None else date, \
             replan
         self._replanned_step: int | None = None
         super().__init__(*args, **kwargs)
 
     def create_optimizer(self, model: Any = None) -> Any:
-        from date_engine.api import optimizer_for
+        from date_engine.optim.build import optimizer_for
 
         if self.optimizer is None:
-            self.optimizer = optimizer_for(model if model is not None else self.model, self.plan,
+            self.optimizer = optimizer_for(model if model is not None else self.model, self.run,
                                            date=self.use_date)
         return self.optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
-        from date_engine.api import scheduler_for
+        from date_engine.schedule import scheduler_for
 
         if self.lr_scheduler is None:
-            self.lr_scheduler = scheduler_for(optimizer or self.optimizer, self.plan,
+            self.lr_scheduler = scheduler_for(optimizer or self.optimizer, self.run,
                                               replan=self.replan)
             self._created_lr_scheduler = True
         return self.lr_scheduler
@@ -165,7 +168,7 @@ class DateTrainer(transformers.Trainer):
             raise DateError(f"{path}: no scheduler.pt, so not a checkpoint HF's Trainer saved "
                             f"whole; give a checkpoint-N folder it wrote.")
         state = torch.load(state_file, weights_only=True)
-        step = resumed_step(self.plan.plan, state, self.replan)
+        step = resumed_step(self.run.plan, state, self.replan)
         return None if step == state["last_epoch"] else step
 
     def _init_training_state(self, max_steps: int, steps_per_epoch: int, *rest: Any) -> Any:
@@ -184,7 +187,7 @@ class DateTrainer(transformers.Trainer):
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
             folder = Path(self._get_output_dir(trial)) / f"checkpoint-{self.state.global_step}"
-            write_durably(folder / COMPLETE, json.dumps(self.plan.plan.summary()))
+            write_durably(folder / COMPLETE, json.dumps(self.run.plan.summary()))
 
     def check_plan(self) -> None:
         """Refuse, in one sentence with the values to set, settings that train another batch,
@@ -196,21 +199,21 @@ class DateTrainer(transformers.Trainer):
                             "plan's; set auto_find_batch_size=False and give the micro-batch "
                             "that fits (date plan --devices N --micro-batch M prints the "
                             "accumulation that keeps the batch).")
-        want = hf_arguments(self.plan)
-        wrong = mismatches(self.plan, a.world_size, a.per_device_train_batch_size,
+        want = hf_arguments(self.run)
+        wrong = mismatches(self.run, a.world_size, a.per_device_train_batch_size,
                            a.gradient_accumulation_steps, a.max_steps)
         if wrong:
             raise DateError(
                 f"the Trainer's settings do not train the plan: {'; '.join(wrong)}; set "
                 f"per_device_train_batch_size={want['per_device_train_batch_size']}, "
                 f"gradient_accumulation_steps={want['gradient_accumulation_steps']} and "
-                f"max_steps={want['max_steps']} on {self.plan.split.world_size} processes "
+                f"max_steps={want['max_steps']} on {self.run.split.world_size} processes "
                 f"({_PLAN_ARGS}).")
         if contradictions := _lr_contradictions(a, want):
             raise DateError(f"the Trainer's arguments contradict the plan's LR curve, which "
                             f"DateTrainer trains instead: {'; '.join(contradictions)} "
                             f"({_PLAN_ARGS}).")
-        if contradictions := _optimizer_contradictions(a, self.plan, want):
+        if contradictions := _optimizer_contradictions(a, self.run, want):
             raise DateError(f"the Trainer's arguments contradict the plan's optimizer or "
                             f"clipping: {'; '.join(contradictions)} ({_PLAN_ARGS}).")
 

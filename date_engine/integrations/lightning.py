@@ -48,7 +48,8 @@ def optimizers_for(module: Any, run: RunPlan, date: bool | None = None) -> dict[
     """What ``configure_optimizers`` returns: the plan's optimizer (the base alone, or DATE over
     it with ``date=True``; by default :data:`~date_engine.integrations.ADAPTER_RATIOS`) and its LR
     schedule with ``interval: "step"`` (stepped once per optimizer step, after accumulation)."""
-    from date_engine.api import optimizer_for, scheduler_for
+    from date_engine.optim.build import optimizer_for
+    from date_engine.schedule import scheduler_for
 
     expect(date, (bool, type(None)), "optimizers_for: date", "True, False or None")
     optimizer = optimizer_for(module, run, date=ADAPTER_RATIOS if date is None else date)
@@ -60,19 +61,24 @@ def optimizers_for(module: Any, run: RunPlan, date: bool | None = None) -> dict[
 class DatePlan(L.pytorch.Callback):
     """Checks the Trainer and the training dataloader against the plan before the first step."""
 
-    def __init__(self, plan: RunPlan) -> None:
-        expect(plan, RunPlan, "DatePlan: plan", "a RunPlan (date_engine.plan_for(...))")
-        self.plan = plan
+    def __init__(self, run: RunPlan | None = None, **kwargs: Any) -> None:
+        if "plan" in kwargs:
+            raise DateError("DatePlan takes the RunPlan as run (plan= was its old name); write "
+                            "DatePlan(run).")
+        if kwargs:
+            raise DateError(f"DatePlan takes one argument, run; got {', '.join(kwargs)}.")
+        expect(run, RunPlan, "DatePlan: run", "a RunPlan (date_engine.plan_for(...))")
+        self.run = run
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         loader = trainer.train_dataloader
         per_device = getattr(loader, "batch_size", None)
         if per_device is None:  # a batch sampler of the user's own: trust its batches
-            per_device = self.plan.split.micro_batch
-        wrong = mismatches(self.plan, trainer.world_size, per_device,
+            per_device = self.run.split.micro_batch
+        wrong = mismatches(self.run, trainer.world_size, per_device,
                            trainer.accumulate_grad_batches, trainer.max_steps)
         if wrong:
-            want = lightning_settings(self.plan)
+            want = lightning_settings(self.run)
             t = want["trainer"]
             raise DateError(
                 f"the Trainer's settings do not train the plan: {'; '.join(wrong)}; use "
@@ -90,8 +96,8 @@ class DateProbe(L.pytorch.Callback):
     the whole run). No LR check (docs/noise.md)."""
 
     def __init__(self, path: str, spec: Any, *, share: float | None = None) -> None:
-        from date_engine.api import spec_with
         from date_engine.integrations.probing import check_probe_args
+        from date_engine.spec import spec_with
 
         check_probe_args(path, share)
         self.path, self.spec, self.share = path, spec_with(spec), share

@@ -9,9 +9,12 @@ from typing import Any
 import torch
 
 from date_engine.catalog import CATALOG, LAYER_RATIO_DEFAULTS, OptimizerSettings, entry
+from date_engine.errors import ArgumentError, expect
 from date_engine.optim.date import DATE
+from date_engine.plan import Plan
+from date_engine.runplan import RunPlan, plan_of
 
-__all__ = ["build_base_optimizer", "build_optimizer", "state_bytes"]
+__all__ = ["build_base_optimizer", "build_optimizer", "optimizer_for", "state_bytes"]
 
 
 def build_base_optimizer(params: Iterable[Any], name: str, options: Mapping[str, Any],
@@ -119,3 +122,39 @@ def state_bytes(optimizer: torch.optim.Optimizer) -> int:
     tensors += list(getattr(optimizer, "_scratch", {}).values())
     tensors += list(getattr(optimizer, "_u", {}).values())
     return sum(t.numel() * t.element_size() for t in tensors if t.dim() > 0)
+
+
+def optimizer_for(model: torch.nn.Module | Iterable[Any], run: RunPlan | Plan, *,
+                  date: bool = True) -> torch.optim.Optimizer:
+    """The optimizer the plan derived, at its peak LR: DATE's per-layer ratios over the base
+    optimizer with the plan's options (β2, ε, λ, ...); with ``date=False`` the base alone (the
+    same options, no ratios). ``model``: a module, or its ``named_parameters()``."""
+    plan = plan_of(run, "optimizer_for")
+    expect(date, bool, "optimizer_for: date", "True (DATE's ratios) or False (the base alone)")
+    if isinstance(model, torch.nn.Module):
+        params = list(model.named_parameters())
+    else:
+        params = list(_iterable(model, "optimizer_for: model",
+                                "parameters: a torch module, or its named_parameters()"))
+    if not any(getattr(p, "requires_grad", False) for p in _tensors(params)):
+        raise ArgumentError("optimizer_for: model has no parameters to train (none requires "
+                            "grad); pass the model after its layers are built.")
+    if date:
+        return build_optimizer(params, plan.optimizer, plan.peak_lr)
+    return build_base_optimizer(params, plan.optimizer.name, plan.optimizer.options,
+                                plan.peak_lr, plan.optimizer.decay_exempt)
+
+
+def _iterable(value: Any, parameter: str, what: str) -> Iterable[Any]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        expect(value, list, parameter, f"a list of {what}")
+    return value
+
+
+def _tensors(params: list[Any]) -> Iterable[Any]:
+    """The parameters of ``params``: bare, (name, parameter) pairs, or param groups of either."""
+    for item in params:
+        if isinstance(item, dict):
+            yield from _tensors(list(item.get("params", ())))
+        else:
+            yield item[1] if isinstance(item, tuple) and len(item) == 2 else item

@@ -27,10 +27,10 @@ import torch.distributed as dist
 from rich.console import Console
 from rich.text import Text
 
-from date_engine.api import optimizer_for
 from date_engine.checks import check_dataset_size
 from date_engine.errors import DateError
 from date_engine.noise import NoiseScale
+from date_engine.optim.build import optimizer_for
 from date_engine.ramp import Change, Follower
 from date_engine.recipes import DataOptions, RecipeData, get_recipe
 from date_engine.runfolder import RunFolder, RunLock, RunSummary
