@@ -130,7 +130,7 @@ def train_cell(kind: str, cell: str, seed: int, text: Chars) -> dict:
             pass
         elif cell in ("date", "base"):
             args = training_arguments(run, base=args)
-            trainer_kind, options = DateTrainer, {"plan": run, "date": cell == "date"}
+            trainer_kind, options = DateTrainer, {"run": run, "date": cell == "date"}
         else:  # the baseline's own arguments at 8×, the LR scaled by hand
             power = 0.5 if cell == "sqrt-by-hand" else 1.0
             args = dataclasses.replace(args, per_device_train_batch_size=BATCH * SCALE,

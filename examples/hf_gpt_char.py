@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         run = plan_for(baseline_from_hf(args, len(train)), batch=12 * a.scale)
         if a.probe:
             probe_forecast(a, args, train, len(vocab), run.plan.target_batch)
-        jobs = [("scaled", DateTrainer, training_arguments(run, base=args), {"plan": run})]
+        jobs = [("scaled", DateTrainer, training_arguments(run, base=args), {"run": run})]
         if not a.scaled_only:
             jobs.insert(0, ("baseline", transformers.Trainer, args, {}))
         for name, kind, arguments, extra in jobs:
