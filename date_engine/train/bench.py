@@ -117,115 +117,143 @@ def measure(config: dict) -> Bench | None:
     """Time this process's share; returns the bench on rank 0 (collective in a job)."""
     rt = setup(force_cpu=config.get("cpu", False))
     try:
+        built = _Built.make(config, rt)
+        timed, step, sharded_step = _time_compute(built, rt, config)
+        peaks = [(m, *rt.peak_memory(built.passes["plain", m]))
+                 for m in sorted(config["micro_batches"])]
+        reduced = _time_allreduce(built, rt, config.get("repeats", REPEATS)) \
+            if rt.distributed else []
+        del built.passes  # their DDP reducer and FSDP2's shards hold the process group
+        if not rt.is_main:
+            return None
+        return _bench(built, rt, config, timed, step, sharded_step, peaks, reduced)
+    finally:
+        teardown(rt)
+
+
+class _Built:
+    """What a bench times, built once: the spec, recipe, data, the plan at the baseline's batch,
+    the model and the plan's optimizer over it; ``passes`` fills as :func:`_time_compute` makes
+    them."""
+
+    def __init__(self, spec, recipe, data, plan, model, optimizer) -> None:
+        self.spec, self.recipe, self.data, self.plan = spec, recipe, data, plan
+        self.model, self.optimizer = model, optimizer
+        self.passes: dict[Any, Callable[[], object]] = {}
+        self.gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
+                                  if p.requires_grad)
+
+    @classmethod
+    def make(cls, config: dict, rt) -> _Built:
         spec = parse_spec(config["spec"], source=config["spec_path"])
         recipe = get_recipe(config["recipe"])
         options = recipe.parse_options(spec.model)
         data = recipe.load_data(DataOptions(data_dir=spec.train.data_dir, seed=spec.train.seed),
                                 options, dry_run=True)
-        planned = resolve_plan(spec, spec.baseline.batch_size, recipe=recipe,
-                               dataset_size=len(data.train))
+        plan = resolve_plan(spec, spec.baseline.batch_size, recipe=recipe,
+                            dataset_size=len(data.train)).plan
         torch.manual_seed(spec.train.seed)
         model = recipe.build_model(options).to(rt.device)
-        optimizer = build_optimizer(model.named_parameters(), planned.plan.optimizer,
-                                    planned.plan.peak_lr)
-        sync = rt.synchronize
-        repeats = config.get("repeats", REPEATS)
+        return cls(spec, recipe, data, plan, model,
+                   build_optimizer(model.named_parameters(), plan.optimizer, plan.peak_lr))
 
-        # the plain pass at every size; the whole step as the trainer takes it (the LR set, the
-        # pass with the noise-scale hooks, the gradient norm, the state check, the agreement,
-        # the update clearing the gradients) on a copy of its own; and in a job that step under
-        # DDP with the agreement's all-reduce, on another copy
-        local = replace(rt, backend=None)
-        runners = {"whole": _runner(model, recipe, data, local, planned.plan, None)}
-        sharded = None
-        if rt.distributed:
-            runners["synchronised"] = _runner(model, recipe, data, rt, planned.plan, rt.wrap)
-            # and that step on a copy sharded with FSDP2, timed in rounds of its own: its gathers
-            # and hooks would slow the plain pass and the step timed after it in a shared round
-            sharded = _sharded_runner(model, recipe, data, rt, planned.plan)
-        passes = {}
-        for micro in config["micro_batches"]:
-            passes["plain", micro] = _pass(model, micro, recipe, data, rt)
-            for kind, runner in runners.items():
-                passes[kind, micro] = runner.step_at(micro)
-        align = dist.barrier if rt.distributed else (lambda: None)
-        try:
-            medians = _median_seconds(passes, repeats, sync, align)
-            if sharded is not None:
-                medians.update(_median_seconds({("sharded", m): sharded.step_at(m)
-                                                for m in config["micro_batches"]},
-                                               repeats, sync, align))
-        finally:
-            for runner in [*runners.values(), *([sharded] if sharded else [])]:
-                runner.close()
-        steps = _median_seconds({"step": optimizer.step}, repeats, sync, align)
-        if sharded is not None:  # on one more pass's gradients (its timed steps cleared theirs)
-            sharded.steps.forward_backward(_batches(data, config["micro_batches"][0]))
-            steps.update(_median_seconds({"sharded": sharded.steps.optimizer.step}, repeats,
-                                         sync, align))
-        keys = list(medians)
-        mine = torch.tensor([medians[k] for k in keys] + [steps["step"], steps.get("sharded", 0)],
-                            dtype=torch.float64)
-        if rt.distributed:  # the mean over the processes that computed side by side
-            dist.all_reduce(mine)
-            mine /= rt.world_size
-        timed = dict(zip(keys, mine[:-2].tolist()))
-        step, sharded_step = float(mine[-2]), float(mine[-1])
-        points = [(m, timed["plain", m]) for m in config["micro_batches"]]
-        host = tuple((m, max(0.0, timed["whole", m] - t - step)) for m, t in points)
-        # the peak of a pass at each size, smallest first, with the gradients and the optimizer's
-        # state (made by the timed steps) in memory
-        peaks = [(m, *rt.peak_memory(passes["plain", m])) for m in sorted(config["micro_batches"])]
 
-        parameters = sum(p.numel() for p in model.parameters())
-        gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
-                             if p.requires_grad)
-        reduced = []
-        if rt.distributed:
-            sizes = sorted({*ALLREDUCE_SIZES, gradient_bytes})
-            buffers = {size: torch.zeros(max(1, size // 4), device=rt.device) for size in sizes}
-            medians = _median_seconds({size: (lambda b=b: dist.all_reduce(b))
-                                       for size, b in buffers.items()}, 4 * repeats, sync)
-            box = torch.tensor([medians[size] for size in sizes], dtype=torch.float64)
-            dist.all_reduce(box, op=dist.ReduceOp.MAX)  # the slowest process's
-            reduced = list(zip(sizes, box.tolist()))
-            # a DDP reducer and FSDP2's shards hold the process group: gone before it is left
-            del runners, sharded
-            dist.barrier()  # leave together: no process tears down while another still talks
-        if not rt.is_main:
-            return None
-        a, c = fit_line([(float(m), s) for m, s in points])
-        given = config.get("link")
-        notes = []
-        measured = link_from_points(reduced, rt.world_size) if reduced else None
-        link = Link(**given) if given is not None else measured or Link(0.0, 1.0, "none")
-        if measured is None and given is None:
-            notes.append("one process: no all-reduce was timed; forecasts for more than one "
-                         "device need date bench --nproc 2 or --link.")
-        bench = Bench(recipe.name, describe(), torch.__version__, rt.device.type,
-                      rt.backend or "none", rt.world_size, torch.get_num_threads(), parameters,
-                      gradient_bytes, a, c, step, link, tuple(points), tuple(reduced),
-                      tuple(notes), memory_points=tuple((m, float(b)) for m, b, _ in peaks),
-                      model_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
-                      state_bytes=state_bytes(optimizer), memory_source=peaks[0][2],
-                      host_points=host)
-        if measured is None:
-            return bench
-        # what a synchronised pass took beyond its compute and the modelled all-reduce: the
-        # wait for the slower process and the collectives' own costs on this machine
-        ring = allreduce_seconds(measured, rt.world_size, gradient_bytes)
-        waits = tuple((m, max(0.0, timed["synchronised", m] - t - ring - step - h))
-                      for (m, t), (_, h) in zip(points, host))
-        # and what the sharded step took beyond its pass, the modelled gathers and
-        # reduce-scatter (the layer norms' all-reduce is inside its optimizer step) and host work
-        collectives = sharded_comm_seconds(measured, rt.world_size, gradient_bytes,
-                                           gradient_bytes)
-        shards = tuple((m, max(0.0, timed["sharded", m] - t - collectives - sharded_step - h))
-                       for (m, t), (_, h) in zip(points, host))
-        return replace(bench, wait_points=waits, shard_points=shards,
-                       sharded_optimizer_seconds=sharded_step)
+def _time_compute(built: _Built, rt, config: dict) -> tuple[dict[Any, float], float, float]:
+    """The median seconds of each pass at each micro-batch, averaged over the processes: the
+    plain pass; the whole step as the trainer takes it (the LR set, the pass with the noise-scale
+    hooks, the gradient norm, the state check, the agreement, the update clearing the gradients)
+    on a copy of its own; in a job that step under DDP with the agreement's all-reduce on another
+    copy, and on a copy sharded with FSDP2 in rounds of its own (its gathers and hooks would slow
+    the plain pass and the step timed beside it). Also the optimizer step (and the shards')."""
+    model, recipe, data, plan = built.model, built.recipe, built.data, built.plan
+    sync, repeats, micro_batches = rt.synchronize, config.get("repeats", REPEATS), \
+        config["micro_batches"]
+    align = dist.barrier if rt.distributed else (lambda: None)
+    runners = {"whole": _runner(model, recipe, data, replace(rt, backend=None), plan, None)}
+    sharded = None
+    if rt.distributed:
+        runners["synchronised"] = _runner(model, recipe, data, rt, plan, rt.wrap)
+        sharded = _sharded_runner(model, recipe, data, rt, plan)
+    for micro in micro_batches:
+        built.passes["plain", micro] = _pass(model, micro, recipe, data, rt)
+        for kind, runner in runners.items():
+            built.passes[kind, micro] = runner.step_at(micro)
+    try:
+        medians = _median_seconds(built.passes, repeats, sync, align)
+        if sharded is not None:
+            medians.update(_median_seconds({("sharded", m): sharded.step_at(m)
+                                            for m in micro_batches}, repeats, sync, align))
     finally:
-        teardown(rt)
+        for runner in [*runners.values(), *([sharded] if sharded else [])]:
+            runner.close()
+    steps = _median_seconds({"step": built.optimizer.step}, repeats, sync, align)
+    if sharded is not None:  # on one more pass's gradients (its timed steps cleared theirs)
+        sharded.steps.forward_backward(_batches(data, micro_batches[0]))
+        steps.update(_median_seconds({"sharded": sharded.steps.optimizer.step}, repeats,
+                                     sync, align))
+    keys = list(medians)
+    mine = torch.tensor([medians[k] for k in keys] + [steps["step"], steps.get("sharded", 0)],
+                        dtype=torch.float64)
+    if rt.distributed:  # the mean over the processes that computed side by side
+        dist.all_reduce(mine)
+        mine /= rt.world_size
+    return dict(zip(keys, mine[:-2].tolist())), float(mine[-2]), float(mine[-1])
+
+
+def _time_allreduce(built: _Built, rt, repeats: int) -> list[tuple[int, float]]:
+    """(bytes, seconds) of an all-reduce of several sizes up to the gradient's, the slowest
+    process's median; then the processes leave together."""
+    sizes = sorted({*ALLREDUCE_SIZES, built.gradient_bytes})
+    buffers = {size: torch.zeros(max(1, size // 4), device=rt.device) for size in sizes}
+    medians = _median_seconds({size: (lambda b=b: dist.all_reduce(b))
+                               for size, b in buffers.items()}, 4 * repeats, rt.synchronize)
+    box = torch.tensor([medians[size] for size in sizes], dtype=torch.float64)
+    dist.all_reduce(box, op=dist.ReduceOp.MAX)  # the slowest process's
+    dist.barrier()  # leave together: no process tears down while another still talks
+    return list(zip(sizes, box.tolist()))
+
+
+def _bench(built: _Built, rt, config: dict, timed: dict[Any, float], step: float,
+           sharded_step: float, peaks: list[tuple[int, float, str]],
+           reduced: list[tuple[int, float]]) -> Bench:
+    """bench.json's record from what was timed: T_c(b) = a + c·b fitted to the plain passes, the
+    host work of a step, the link, and in a job what a synchronised and a sharded step took
+    beyond their parts."""
+    model, micro_batches = built.model, config["micro_batches"]
+    points = [(m, timed["plain", m]) for m in micro_batches]
+    host = tuple((m, max(0.0, timed["whole", m] - t - step)) for m, t in points)
+    a, c = fit_line([(float(m), t) for m, t in points])
+    given, notes = config.get("link"), []
+    measured = link_from_points(reduced, rt.world_size) if reduced else None
+    link = Link(**given) if given is not None else measured or Link(0.0, 1.0, "none")
+    if measured is None and given is None:
+        notes.append("one process: no all-reduce was timed; forecasts for more than one "
+                     "device need date bench --nproc 2 or --link.")
+    bench = Bench(
+        recipe=built.recipe.name, machine=describe(), torch=torch.__version__,
+        device=rt.device.type, backend=rt.backend or "none", processes=rt.world_size,
+        threads=torch.get_num_threads(), parameters=sum(p.numel() for p in model.parameters()),
+        gradient_bytes=built.gradient_bytes, compute_fixed=a, compute_per_sample=c,
+        optimizer_seconds=step, link=link, compute_points=tuple(points),
+        allreduce_points=tuple(reduced), notes=tuple(notes),
+        memory_points=tuple((m, float(b)) for m, b, _ in peaks),
+        model_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
+        state_bytes=state_bytes(built.optimizer), memory_source=peaks[0][2], host_points=host)
+    if measured is None:
+        return bench
+    # what a synchronised pass took beyond its compute and the modelled all-reduce: the wait
+    # for the slower process and the collectives' own costs on this machine
+    ring = allreduce_seconds(measured, rt.world_size, built.gradient_bytes)
+    waits = tuple((m, max(0.0, timed["synchronised", m] - t - ring - step - h))
+                  for (m, t), (_, h) in zip(points, host))
+    # and what the sharded step took beyond its pass, the modelled gathers and reduce-scatter
+    # (the layer norms' all-reduce is inside its optimizer step) and host work
+    collectives = sharded_comm_seconds(measured, rt.world_size, built.gradient_bytes,
+                                       built.gradient_bytes)
+    shards = tuple((m, max(0.0, timed["sharded", m] - t - collectives - sharded_step - h))
+                   for (m, t), (_, h) in zip(points, host))
+    return replace(bench, wait_points=waits, shard_points=shards,
+                   sharded_optimizer_seconds=sharded_step)
 
 
 class _Steps:
