@@ -48,6 +48,7 @@ __all__ = [
     "Phase",
     "Plan",
     "derive_plan",
+    "document_id",
     "fmt",
     "positive_int",
     "require_spec",
@@ -229,6 +230,15 @@ class Plan:
             return step * self.target_batch
         return stage.samples_before + (step - stage.first_step + 1) * stage.batch
 
+    def steps_within(self, samples: float) -> int:
+        """The most optimizer steps of this plan that train on no more than ``samples``: where a
+        run stopped after ``samples`` continues under this plan."""
+        low, high = 0, self.total_iterations
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if self.samples_through(mid) <= samples else (low, mid - 1)
+        return low
+
     def _shaped(self, s: float) -> float:
         """The baseline's shape (not DATE's default) after ``s`` steps, at the plan's peak."""
         epoch = s * self.target_batch / self.dataset_size
@@ -334,11 +344,7 @@ class Plan:
         """A short id of everything the plan derived (:meth:`to_dict`): two plans train alike
         exactly when their ids agree. Schedulers' checkpoints carry it, so that a run is resumed
         under the plan it was trained with (the batch's split over devices is not part of it)."""
-        import hashlib
-        import json
-
-        text = json.dumps(self.to_dict(), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        return document_id(self.to_dict())
 
     def summary(self) -> dict[str, Any]:
         """The plan in the numbers a person tells plans apart by: its id, batch, steps, peak LR."""
@@ -377,6 +383,15 @@ class Plan:
         else:
             values.pop("schedule", None)
         return cls(**values)
+
+
+def document_id(document: dict[str, Any]) -> str:
+    """A short id of a plan's JSON document (a Plan's, or a run's with its split): documents
+    that are equal share it."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _json_values(value: Any) -> Any:

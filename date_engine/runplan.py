@@ -260,11 +260,9 @@ class RunPlan(NamedTuple):
 
     def steps_within(self, samples: int) -> int:
         """The most optimizer steps of this plan that train on no more than ``samples``."""
-        low, high = 0, self.plan.total_iterations
-        while low < high:
-            mid = (low + high + 1) // 2
-            low, high = (mid, high) if self.samples_through(mid) <= samples else (low, mid - 1)
-        return low
+        if self.dry_steps is not None:
+            return min(samples // self.split.batch, self.plan.total_iterations)
+        return self.plan.steps_within(samples)
 
     def stream(self, start: int, stop_at: int) -> list[tuple[int, int]]:
         """(micro-batch, how many) a process reads, in order, for steps start+1 .. stop_at: one

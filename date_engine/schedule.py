@@ -82,12 +82,7 @@ def resumed_step(plan: Plan, state: dict[str, Any], replan: bool = False) -> int
                         f"than the one given ({describe(plan.summary())}); resume it with its "
                         f"own plan, or continue under the new one on purpose with replan=True "
                         f"(from its step that has trained on as many samples).")
-    samples = state["samples"]
-    low, high = 0, plan.total_iterations  # the last step whose samples do not pass the saved
-    while low < high:
-        mid = (low + high + 1) // 2
-        low, high = (mid, high) if plan.samples_through(mid) <= samples else (low, mid - 1)
-    return low
+    return plan.steps_within(state["samples"])
 
 
 def describe(summary: dict[str, Any]) -> str:

@@ -36,6 +36,7 @@ import torch
 
 from date_engine.errors import DateError
 from date_engine.optim._tensors import local
+from date_engine.plan import document_id
 from date_engine.runfolder import RunFolder
 from date_engine.train import shards
 
@@ -65,7 +66,7 @@ _TRAILER = struct.Struct("<Q8s")  # length of the JSON record, magic
 
 def plan_id(plan: dict[str, Any]) -> str:
     """A short id of a run's plan document: checkpoints of one plan share it."""
-    return hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:12]
+    return document_id(plan)
 
 
 def finite(*states: Any) -> bool:
