@@ -1,4 +1,5 @@
-"""Reading the small files a user names (a spec, probe.json, bench.json): one guard for all.
+"""Reading the small files a user names (a spec, probe.json, bench.json): one guard for all; and
+writing a small file so that it is whole or absent (:func:`write_durably`).
 
 Only a regular file is opened (a FIFO or a device such as /dev/zero would block the read or never
 end it), and at most ``limit`` bytes of it are read: a file larger than any such file can be is
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from date_engine.errors import DateError
 
-__all__ = ["SMALL_FILE_BYTES", "read_small_text"]
+__all__ = ["SMALL_FILE_BYTES", "read_small_text", "write_durably"]
 
 SMALL_FILE_BYTES = 16 << 20
 """The most a spec, probe.json or bench.json can sensibly hold: 16 MiB (the largest written here
@@ -49,3 +50,14 @@ def read_small_text(path: str | Path, what: str, fix: str, limit: int = SMALL_FI
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise error(f"{what} {path}: not UTF-8 text; {fix}.") from None
+
+
+def write_durably(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it, flushed to disk, then
+    renamed: a reader finds the whole file or none."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

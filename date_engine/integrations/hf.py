@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from date_engine.errors import DateError, expect
+from date_engine.files import write_durably
 from date_engine.integrations import ADAPTER_RATIOS, hf_arguments, mismatches, require
 from date_engine.runplan import RunPlan
 
@@ -216,16 +217,6 @@ class DateTrainer(transformers.Trainer):
         if contradictions := _optimizer_contradictions(a, self.run, want):
             raise DateError(f"the Trainer's arguments contradict the plan's optimizer or "
                             f"clipping: {'; '.join(contradictions)} ({_PLAN_ARGS}).")
-
-
-def write_durably(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, flushed to disk, then renamed."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _lr_contradictions(args: Any, want: dict[str, Any]) -> list[str]:
