@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -118,28 +118,36 @@ def measure(config: dict) -> Bench | None:
     rt = setup(force_cpu=config.get("cpu", False))
     try:
         built = _Built.make(config, rt)
-        timed, step, sharded_step = _time_compute(built, rt, config)
-        peaks = [(m, *rt.peak_memory(built.passes["plain", m]))
-                 for m in sorted(config["micro_batches"])]
+        timed = _time_compute(built, rt, config)
         reduced = _time_allreduce(built, rt, config.get("repeats", REPEATS)) \
             if rt.distributed else []
-        del built.passes  # their DDP reducer and FSDP2's shards hold the process group
         if not rt.is_main:
             return None
-        return _bench(built, rt, config, timed, step, sharded_step, peaks, reduced)
+        return _bench(built, rt, config, timed, reduced)
     finally:
         teardown(rt)
 
 
-class _Built:
-    """What a bench times, built once: the spec, recipe, data, the plan at the baseline's batch,
-    the model and the plan's optimizer over it; ``passes`` fills as :func:`_time_compute` makes
-    them."""
+class _Timed(NamedTuple):
+    """What :func:`_time_compute` measured, averaged over the processes."""
 
-    def __init__(self, spec, recipe, data, plan, model, optimizer) -> None:
-        self.spec, self.recipe, self.data, self.plan = spec, recipe, data, plan
+    passes: dict[Any, float]
+    """Median seconds of each pass, by (kind, micro-batch): plain, whole, synchronised, sharded."""
+    step: float
+    """The optimizer step over the whole model."""
+    sharded_step: float
+    """The shards' optimizer step (0 on one process)."""
+    peaks: list[tuple[int, float, str]]
+    """(micro-batch, peak bytes, what measured it) of a plain pass, smallest first."""
+
+
+class _Built:
+    """What a bench times, built once: the recipe, its data, the plan at the baseline's batch,
+    the model and the plan's optimizer over it."""
+
+    def __init__(self, recipe, data, plan, model, optimizer) -> None:
+        self.recipe, self.data, self.plan = recipe, data, plan
         self.model, self.optimizer = model, optimizer
-        self.passes: dict[Any, Callable[[], object]] = {}
         self.gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
                                   if p.requires_grad)
 
@@ -154,17 +162,19 @@ class _Built:
                             dataset_size=len(data.train)).plan
         torch.manual_seed(spec.train.seed)
         model = recipe.build_model(options).to(rt.device)
-        return cls(spec, recipe, data, plan, model,
+        return cls(recipe, data, plan, model,
                    build_optimizer(model.named_parameters(), plan.optimizer, plan.peak_lr))
 
 
-def _time_compute(built: _Built, rt, config: dict) -> tuple[dict[Any, float], float, float]:
+def _time_compute(built: _Built, rt, config: dict) -> _Timed:
     """The median seconds of each pass at each micro-batch, averaged over the processes: the
     plain pass; the whole step as the trainer takes it (the LR set, the pass with the noise-scale
     hooks, the gradient norm, the state check, the agreement, the update clearing the gradients)
     on a copy of its own; in a job that step under DDP with the agreement's all-reduce on another
     copy, and on a copy sharded with FSDP2 in rounds of its own (its gathers and hooks would slow
-    the plain pass and the step timed beside it). Also the optimizer step (and the shards')."""
+    the plain pass and the step timed beside it). Also the optimizer step (and the shards'), and
+    the peak memory of a plain pass. The runners go with this call: a DDP reducer and FSDP2's
+    shards hold the process group, which must outlive them."""
     model, recipe, data, plan = built.model, built.recipe, built.data, built.plan
     sync, repeats, micro_batches = rt.synchronize, config.get("repeats", REPEATS), \
         config["micro_batches"]
@@ -174,12 +184,13 @@ def _time_compute(built: _Built, rt, config: dict) -> tuple[dict[Any, float], fl
     if rt.distributed:
         runners["synchronised"] = _runner(model, recipe, data, rt, plan, rt.wrap)
         sharded = _sharded_runner(model, recipe, data, rt, plan)
+    passes = {}
     for micro in micro_batches:
-        built.passes["plain", micro] = _pass(model, micro, recipe, data, rt)
+        passes["plain", micro] = _pass(model, micro, recipe, data, rt)
         for kind, runner in runners.items():
-            built.passes[kind, micro] = runner.step_at(micro)
+            passes[kind, micro] = runner.step_at(micro)
     try:
-        medians = _median_seconds(built.passes, repeats, sync, align)
+        medians = _median_seconds(passes, repeats, sync, align)
         if sharded is not None:
             medians.update(_median_seconds({("sharded", m): sharded.step_at(m)
                                             for m in micro_batches}, repeats, sync, align))
@@ -197,7 +208,10 @@ def _time_compute(built: _Built, rt, config: dict) -> tuple[dict[Any, float], fl
     if rt.distributed:  # the mean over the processes that computed side by side
         dist.all_reduce(mine)
         mine /= rt.world_size
-    return dict(zip(keys, mine[:-2].tolist())), float(mine[-2]), float(mine[-1])
+    # the peak of a pass at each size, smallest first, with the gradients and the optimizer's
+    # state (made by the timed steps) in memory
+    peaks = [(m, *rt.peak_memory(passes["plain", m])) for m in sorted(micro_batches)]
+    return _Timed(dict(zip(keys, mine[:-2].tolist())), float(mine[-2]), float(mine[-1]), peaks)
 
 
 def _time_allreduce(built: _Built, rt, repeats: int) -> list[tuple[int, float]]:
@@ -213,15 +227,15 @@ def _time_allreduce(built: _Built, rt, repeats: int) -> list[tuple[int, float]]:
     return list(zip(sizes, box.tolist()))
 
 
-def _bench(built: _Built, rt, config: dict, timed: dict[Any, float], step: float,
-           sharded_step: float, peaks: list[tuple[int, float, str]],
+def _bench(built: _Built, rt, config: dict, timed: _Timed,
            reduced: list[tuple[int, float]]) -> Bench:
     """bench.json's record from what was timed: T_c(b) = a + c·b fitted to the plain passes, the
     host work of a step, the link, and in a job what a synchronised and a sharded step took
     beyond their parts."""
-    model, micro_batches = built.model, config["micro_batches"]
-    points = [(m, timed["plain", m]) for m in micro_batches]
-    host = tuple((m, max(0.0, timed["whole", m] - t - step)) for m, t in points)
+    model, micro_batches, step, peaks = built.model, config["micro_batches"], timed.step, \
+        timed.peaks
+    points = [(m, timed.passes["plain", m]) for m in micro_batches]
+    host = tuple((m, max(0.0, timed.passes["whole", m] - t - step)) for m, t in points)
     a, c = fit_line([(float(m), t) for m, t in points])
     given, notes = config.get("link"), []
     measured = link_from_points(reduced, rt.world_size) if reduced else None
@@ -244,16 +258,16 @@ def _bench(built: _Built, rt, config: dict, timed: dict[Any, float], step: float
     # what a synchronised pass took beyond its compute and the modelled all-reduce: the wait
     # for the slower process and the collectives' own costs on this machine
     ring = allreduce_seconds(measured, rt.world_size, built.gradient_bytes)
-    waits = tuple((m, max(0.0, timed["synchronised", m] - t - ring - step - h))
+    waits = tuple((m, max(0.0, timed.passes["synchronised", m] - t - ring - step - h))
                   for (m, t), (_, h) in zip(points, host))
     # and what the sharded step took beyond its pass, the modelled gathers and reduce-scatter
     # (the layer norms' all-reduce is inside its optimizer step) and host work
     collectives = sharded_comm_seconds(measured, rt.world_size, built.gradient_bytes,
                                        built.gradient_bytes)
-    shards = tuple((m, max(0.0, timed["sharded", m] - t - collectives - sharded_step - h))
-                   for (m, t), (_, h) in zip(points, host))
+    shards = tuple((m, max(0.0, timed.passes["sharded", m] - t - collectives - timed.sharded_step
+                            - h)) for (m, t), (_, h) in zip(points, host))
     return replace(bench, wait_points=waits, shard_points=shards,
-                   sharded_optimizer_seconds=sharded_step)
+                   sharded_optimizer_seconds=timed.sharded_step)
 
 
 class _Steps:
