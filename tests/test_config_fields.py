@@ -115,6 +115,10 @@ def test_the_fields_as_they_mean_it():
     with pytest.raises(SpecError, match="lr_end must be a number from 0 to 0.001, got 0.002"):
         baseline_from_hf({**HF, "lr_scheduler_type": "polynomial",
                           "lr_scheduler_kwargs": {"lr_end": 2e-3}}, 1024)
+    with pytest.raises(SpecError, match=r"lr_base 1e\+06, scaled 1e\+09× from lr_base_size to "
+                                        r"the batch, gives lr 1e\+15; give lr itself"):
+        baseline_from_timm({"batch_size": 10**9, "epochs": 10, "lr_base": 1e6,
+                            "lr_base_size": 1}, 50_000)
     with pytest.raises(SpecError, match="min_lr must be a number from 0 to 0.1, got 0.2"):
         baseline_from_timm({**TIMM, "sched": "cosine", "min_lr": 0.2}, 50_000)
     unclipped = {k: v for k, v in HF.items() if k != "max_grad_norm"}

@@ -280,9 +280,12 @@ def _timm_lr(f: _Fields, world_size: int) -> float:
         "sqrt" if any(o in f.text("opt", "sgd").lower() for o in ("ada", "lamb")) else "linear")
     if scale not in ("sqrt", "linear"):
         raise f.refuse("lr_base_scale", "sqrt or linear", scale)
-    lr = f.number("lr_base", 0.1, high=1e6, above=True) * \
-        (ratio ** 0.5 if scale == "sqrt" else ratio)
-    return f.number("lr_base", value=lr, high=1e6, above=True)
+    base = f.number("lr_base", 0.1, high=1e6, above=True)
+    lr = base * (ratio ** 0.5 if scale == "sqrt" else ratio)
+    if not 0 < lr <= 1e6:  # scaled past what a float or a learning rate holds
+        raise SpecError(f"args.yaml: lr_base {base:g}, scaled {ratio:g}× from lr_base_size to "
+                        f"the batch, gives lr {lr:g}; give lr itself.")
+    return lr
 
 
 def baseline_from_timm(args: Mapping[str, Any], train_samples: int, world_size: int = 1) -> Spec:
