@@ -78,17 +78,15 @@ def resumed_step(plan: Plan, state: dict[str, Any], replan: bool = False) -> int
     if saved is None or saved.get("id") == plan.identity:
         return state["last_epoch"]
     if not replan:
-        raise DateError(f"this checkpoint was trained under another plan ({describe(saved)}) "
-                        f"than the one given ({describe(plan.summary())}); resume it with its "
-                        f"own plan, or continue under the new one on purpose with replan=True "
-                        f"(from its step that has trained on as many samples).")
+        raise DateError(f"checkpoint of another plan ({describe(saved)}) than this one "
+                        f"({describe(plan.summary())}); resume it under its own plan, or pass "
+                        f"replan=True to continue it under this one.")
     return plan.steps_within(state["samples"])
 
 
 def describe(summary: dict[str, Any]) -> str:
-    """A plan's summary in words: 'batch 128, 50 steps, peak LR 0.002, id 3fa…'."""
-    return (f"batch {summary['batch']}, {summary['steps']} steps, peak LR "
-            f"{summary['peak_lr']:.6g}, id {summary['id']}")
+    """A plan's summary in words: 'batch 128, 50 steps, peak LR 0.002'."""
+    return f"batch {summary['batch']}, {summary['steps']} steps, peak LR {summary['peak_lr']:.3g}"
 
 
 def set_lr(optimizer: torch.optim.Optimizer, plan: Plan, step: int) -> float:

@@ -155,6 +155,11 @@ class DateTrainer(transformers.Trainer):
                                 f"resume_from_checkpoint=None.")
         if resume_from_checkpoint:
             self._replanned_step = self._check_checkpoint(str(resume_from_checkpoint))
+            if self._replanned_step is not None and \
+                    not hasattr(transformers.Trainer, "_init_training_state"):
+                raise DateError(f"replan=True moves HF's step count through Trainer."
+                                f"_init_training_state, which transformers "
+                                f"{transformers.__version__} lacks; upgrade transformers.")
         return super().train(resume_from_checkpoint or None, *args, **kwargs)
 
     def _check_checkpoint(self, path: str) -> int | None:
