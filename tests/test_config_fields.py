@@ -102,6 +102,8 @@ def test_the_fields_as_they_mean_it():
         baseline_from_hf({**HF, "max_steps": 100, "warmup_ratio": 1.0}, 1024)
     with pytest.raises(SpecError, match="warmup_epochs 10 is not shorter than epochs 10"):
         baseline_from_timm({**TIMM, "warmup_epochs": 10}, 50_000)
+    assert baseline_from_hf({**HF, "max_steps": 100, "warmup_steps": 10.7}, 1024).baseline\
+        .warmup_epochs * 1024 / 16 == 10  # HF's int(warmup_steps)
     for args in ({"warmup_ratio": 0.5}, {"warmup_steps": 0.5}):
         half = baseline_from_hf({**HF, "max_steps": 100, **args}, 1024)
         assert half.baseline.warmup_epochs * 1024 / 16 == 50
@@ -132,3 +134,13 @@ def test_a_schedule_ending_above_its_lr_is_refused_in_a_spec(tmp_path):
     done = CliRunner().invoke(app, ["plan", str(spec), "--batch", "64"], env={"COLUMNS": "300"})
     assert done.exit_code == 2
     _one_sentence(done.output, "schedule.final_lr 0.002 is above baseline.lr 0.001")
+
+
+@pytest.mark.parametrize("warmup", [0, 0.05, 0.5, 1, 10.7, 99])
+def test_the_warmup_is_what_hfs_own_trainer_counts(warmup):
+    """Checked by transformers itself where it installs: TrainingArguments.get_warmup_steps."""
+    transformers = pytest.importorskip("transformers")
+    args = transformers.TrainingArguments(output_dir="out", per_device_train_batch_size=16,
+                                          max_steps=100, warmup_steps=warmup)
+    read = baseline_from_hf(args, train_samples=1024)
+    assert round(read.baseline.warmup_epochs * 1024 / 16) == args.get_warmup_steps(100)

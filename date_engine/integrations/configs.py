@@ -181,8 +181,8 @@ def baseline_from_hf(args: Any, train_samples: int, world_size: int = 1) -> Spec
     steps = _hf_steps(f, train_samples, world_size)
     warmup = f.number("warmup_steps")
     field = "warmup_steps" if warmup else "warmup_ratio"
-    if warmup >= 1:  # steps
-        warmup_steps = f.number("warmup_steps", whole=True)
+    if warmup >= 1:  # steps, whole ones as HF's get_warmup_steps counts them (10.7 -> 10)
+        warmup_steps = int(warmup)
     else:  # transformers 5: a share of training below 1; transformers 4: warmup_ratio
         warmup_steps = math.ceil(steps * (warmup or f.number("warmup_ratio", high=1.0)))
     kind = f.text("lr_scheduler_type", "linear")
