@@ -178,9 +178,10 @@ def test_a_job_stopped_and_requeued_each_way_ends_where_the_uninterrupted_run_do
 
 LONG = ["--batch", 256, "--set", "baseline.epochs=1800", "--set", "baseline.warmup_epochs=0.5",
         "--set", "train.checkpoint_every=500", "--set", "train.log_every=500"]
-"""lenet-digits at batch 256 for 10,104 steps: about 75 s on one process here, longer than the 30
-to 60 s after its start at which Slurm sends the signal of a 2-minute job's --signal=B:USR1@60
-(slurmctld checks time limits every 30 s)."""
+"""lenet-digits at batch 256 for 10,104 steps: about 75 s on one process on the development VM,
+longer than the 30 to 60 s after its start at which Slurm sends the signal of a 2-minute job's
+--signal=B:USR1@60 (slurmctld checks time limits every 30 s). The margin is this machine's speed: a
+CPU over 1.2× faster finishes before the signal, and the test says so."""
 
 
 def _job_field(job: str, env, field: str) -> str:
@@ -221,7 +222,9 @@ def test_a_job_at_its_time_limit_requeues_itself_and_completes(slurm, tmp_path):
             nudged = restarts
         time.sleep(1)
     assert wait_for(job, slurm, idle_s=30) == "COMPLETED", log.read_text()[-3000:]
-    assert int(_job_field(job, slurm, "Restarts")) >= 1
+    assert int(_job_field(job, slurm, "Restarts")) >= 1, (
+        "the run ended before Slurm's signal (30 to 60 s after its start): on a machine this "
+        "much faster, lengthen LONG")
     never_stopped.join(timeout=hang_limit(120))
     assert finished and finished[0].returncode == 0, finished and finished[0].stderr
     text = log.read_text()
