@@ -9,6 +9,7 @@ computes them (i / I_w), so the two routes check each other.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import pickle
 
@@ -196,3 +197,15 @@ def test_the_schedulers_state_carries_its_plan_and_refuses_another():
     unmarked, optimizer = scheduler(new)
     unmarked.load_state_dict({"last_epoch": 5, "_step_count": 6})
     assert optimizer.param_groups[0]["lr"] == new.plan.lr(6)
+
+
+def test_every_shipped_plan_keeps_its_lr_at_every_step_to_the_bit():
+    """lr(1..I) of 315 plans (every shipped recipe × rule × warmup × shape × batch, every shape
+    of baseline.schedule under both indexes, the hold and ramp budgets) against the digests
+    recorded before the schedule code was last reshaped (tests/lr_snapshot.py)."""
+    from tests.lr_snapshot import DIGESTS, digests
+
+    recorded, now = json.loads(DIGESTS.read_text()), digests()
+    assert sorted(now) == sorted(recorded), "the set of plans changed: see tests/lr_snapshot.py"
+    moved = [name for name in recorded if now[name] != recorded[name]]
+    assert not moved, f"{len(moved)} plans' LRs moved, e.g. {moved[:3]}"
