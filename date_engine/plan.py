@@ -187,18 +187,21 @@ class Plan:
     # ---------------------------------------------------------------- the schedule
 
     def lr(self, step: int) -> float:
-        """Learning rate for optimizer step ``step`` (1-based). Steps past the end stay at the
-        floor."""
+        """Learning rate for optimizer step ``step`` (1-based): the schedule ``step`` into
+        training (less the index's offset), in optimizer steps — or in epochs under a batch ramp,
+        at the stage's own peak, so that every stage keeps its peak and warmup and decay run over
+        samples. Steps past the end stay at the floor."""
         if step < 1:
             raise ValueError(f"optimizer steps are counted from 1, got {step}")
+        x = step - self.schedule.offset
         if self.ramp:
-            return self._ramp_lr(step)
-        if not self.schedule.is_date_default:
-            return max(self._shaped(step - self.schedule.offset), self.lr_floor)
-        if step < self.warmup_iterations:  # e < w  <=>  i·B/n < w  <=>  i < I_w
-            frac = step / self.warmup_iterations
-            return self.peak_lr * (frac if self.warmup_shape == "linear" else frac * frac)
-        return max(self._decay(step), self.lr_floor)
+            peak, at, warm, last = (self.stage_at(step).peak_lr, self.epoch(x),
+                                    self.warmup_epochs, self.total_epochs)
+        else:
+            peak, at, warm, last = (self.peak_lr, x, self.warmup_iterations,
+                                    self.total_iterations)
+        return self.schedule.lr(peak, at, warm, last, self.epoch(x) / self._stretch(),
+                                self.warmup_shape == "quadratic", self.lr_floor)
 
     def lrs(self) -> list[float]:
         """``lr(i)`` for every step ``i = 1..I``."""
@@ -239,40 +242,10 @@ class Plan:
             low, high = (mid, high) if self.samples_through(mid) <= samples else (low, mid - 1)
         return low
 
-    def _shaped(self, s: float) -> float:
-        """The baseline's shape (not DATE's default) after ``s`` steps, at the plan's peak."""
-        epoch = s * self.target_batch / self.dataset_size
-        return self.peak_lr * self.schedule.multiplier(
-            s, self.warmup_iterations, self.total_iterations, epoch / self._stretch(),
-            self.warmup_shape == "quadratic")
-
     def _stretch(self) -> float:
         """The plan's epochs over the baseline's: where epoch milestones move (hold, ramp)."""
         return self.total_epochs / (self.baseline_iterations * self.baseline_batch
                                     / self.dataset_size)
-
-    def _ramp_lr(self, step: int) -> float:
-        """lr(i) = η_j · shape(e_i): η_j the stage's peak, e_i the epochs after step i; the shape
-        is the warmup e/w (or its square) then the baseline's shape over the epochs (DATE's: the
-        linear decay (E − e)/(E − w)), so that every stage keeps its own peak and the decay runs
-        over samples, not steps."""
-        stage, e = self.stage_at(step), self.epoch(step - self.schedule.offset)
-        w, total = self.warmup_epochs, self.total_epochs
-        if not self.schedule.is_date_default:
-            return max(stage.peak_lr * self.schedule.multiplier(
-                e, w, total, e / self._stretch(), self.warmup_shape == "quadratic"), self.lr_floor)
-        if e < w:
-            frac = e / w
-            return stage.peak_lr * (frac if self.warmup_shape == "linear" else frac * frac)
-        left = (total - e) / (total - w)
-        return max(stage.peak_lr * left, self.lr_floor)
-
-    def _decay(self, step: int) -> float:
-        return (
-            self.peak_lr
-            * (self.total_iterations - step)
-            / (self.total_iterations - self.warmup_iterations)
-        )
 
     @property
     def phases(self) -> tuple[Phase, ...]:
@@ -301,21 +274,14 @@ class Plan:
 
     def _first_floor(self, first_decay: int) -> int:
         """The first step whose decayed LR is at or below the floor (last + 1 if none)."""
-        last = self.total_iterations
-        if self.ramp:  # the LR jumps where the batch does: walk back from the end
-            first_floor = last + 1
-            while first_floor > first_decay and self.lr(first_floor - 1) <= self.lr_floor:
-                first_floor -= 1
-            return first_floor
-        # the closed form can be off by one in floating point: settle it against _decay itself
-        first_floor = max(
-            first_decay,
-            math.ceil(last - self.lr_floor * (last - self.warmup_iterations) / self.peak_lr),
-        )
-        while first_floor > first_decay and self._decay(first_floor - 1) <= self.lr_floor:
-            first_floor -= 1
-        while self._decay(first_floor) > self.lr_floor:
+        last = first_floor = self.total_iterations
+        if not self.ramp:  # start at the closed form, which can be off by one in floating point
+            first_floor = max(first_decay, math.ceil(
+                last - self.lr_floor * (last - self.warmup_iterations) / self.peak_lr))
+        while self.lr(first_floor) > self.lr_floor:
             first_floor += 1
+        while first_floor > first_decay and self.lr(first_floor - 1) <= self.lr_floor:
+            first_floor -= 1
         return first_floor
 
     # ---------------------------------------------------------------- the inputs, shown

@@ -70,6 +70,18 @@ class Schedule:
         """The steps an optimizer step's LR is behind it: 1 under ``torch``, 0 under ``paper``."""
         return 1 if self.index == "torch" else 0
 
+    def lr(self, peak: float, x: float, warm: float, last: float, baseline_epoch: float,
+           quadratic: bool = False, floor: float = 0.0) -> float:
+        """The LR ``x`` into training at the peak ``peak``: ``peak`` times :meth:`multiplier`, no
+        lower than ``floor``. DATE's own schedule is the paper's formula in the paper's order
+        (docs/algorithm.md §2): the warmup rises from 0, below the floor, and the decay is
+        η·(last − x)/(last − warm) until it meets the floor."""
+        if not self.is_date_default:
+            return max(peak * self.multiplier(x, warm, last, baseline_epoch, quadratic), floor)
+        if x < warm:
+            return peak * _rise(x, warm, quadratic)
+        return max(peak * (last - x) / (last - warm), floor)
+
     def multiplier(self, x: float, warm: float, last: float, baseline_epoch: float,
                    quadratic: bool = False) -> float:
         """The multiplier of the peak ``x`` into training whose warmup ends at ``warm`` and which
@@ -77,7 +89,7 @@ class Schedule:
         ``baseline_epoch``: the baseline's epoch this point stands for (epoch milestones)."""
         f = self._end()
         if x < warm:
-            rise = (x / warm) ** 2 if quadratic else x / warm
+            rise = _rise(x, warm, quadratic)
             return f + (1 - f) * rise if self.name == "wsd" else rise  # HF's WSD rises from f
         t = min(max((x - warm) / (last - warm), 0.0), 1.0) if last > warm else 1.0
         if self.name == "linear":
@@ -137,3 +149,8 @@ class Schedule:
         values = dict(data)
         values["milestones"] = tuple(values.get("milestones", ()))
         return cls(**values)
+
+
+def _rise(x: float, warm: float, quadratic: bool) -> float:
+    """The warmup's share of the peak ``x`` into a warmup of ``warm``: x/warm, or its square."""
+    return (x / warm) ** 2 if quadratic else x / warm
