@@ -200,8 +200,10 @@ def scale_command(
 
         job = job_environment()  # started by torchrun or srun: that job's size is the truth
         world = job.world_size if job.launcher != "none" else nproc * nnodes
-        if spec.baseline.dataset_size or found.dataset_size:  # else n is known once data loads
-            resolve_plan(spec, size, world, micro_batch, found)  # refuse before any process starts
+        # the run every process trains, refused here before any starts; where n is known only
+        # once the data loads, each process derives it then
+        run = resolve_plan(spec, size, world, micro_batch, found) \
+            if spec.baseline.dataset_size or found.dataset_size else None
         budget_name = "" if spec.date.budget == "same-epochs" else f"-{spec.date.budget}"
         run_dir, resume = run_folder_for(
             output_dir, spec.train.output_dir, f"runs/{found.name}-B{size}{budget_name}",
@@ -210,7 +212,8 @@ def scale_command(
         config = RunConfig(
             spec=spec.model_dump(mode="json", exclude_none=True), spec_path=str(path),
             recipe=recipe_ref, batch=size, world_size=world, micro_batch=micro_batch,
-            output_dir=str(run_dir), resume=resume, force_replan=force_replan, dry_run=dry_run,
+            output_dir=str(run_dir), run=run and run.to_dict(), resume=resume,
+            force_replan=force_replan, dry_run=dry_run,
             max_steps=max_steps, precision=precision or spec.train.precision, compile=compile,
             backend=backend, rerun_command=continue_command(_typed("scale"), run_dir, output_dir),
             print_json=as_json)

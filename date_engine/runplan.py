@@ -202,19 +202,32 @@ DRY_RUN_MICRO_BATCH, DRY_RUN_ACCUMULATION, DRY_RUN_STEPS = 2, 2, 2
 class RunPlan(NamedTuple):
     """What a run trains with: the plan, and beside it the split of its global batch.
 
-    A dry run replaces the split (tiny micro-batches), never the plan."""
+    A dry run (:meth:`dry_run`) steps the same plan with a tiny split and records the run's own."""
 
     plan: Plan
     split: BatchSplit
 
     dry_steps = None
-    """A dry run's length (:meth:`dry_run`): that many steps of ``split`` under the same plan."""
+    """A dry run's length (:meth:`dry_run`): that many steps of ``step_split`` under the same
+    plan."""
 
-    def dry_run(self, world_size: int) -> RunPlan:
-        """The dry run of this plan: the plan unchanged, DRY_RUN_STEPS optimizer steps of
-        DRY_RUN_MICRO_BATCH samples × ``world_size`` processes × DRY_RUN_ACCUMULATION passes."""
-        return _DryRun(self.plan, BatchSplit(DRY_RUN_MICRO_BATCH, world_size,
-                                             DRY_RUN_ACCUMULATION, self.split.parallel))
+    @property
+    def step_split(self) -> BatchSplit:
+        """The split the steps are taken with: ``split``, or a dry run's tiny one (a ramp's stages
+        take their own: :meth:`split_at`)."""
+        return self.split
+
+    def dry_run(self) -> RunPlan:
+        """The dry run of this run: the plan and its record unchanged, DRY_RUN_STEPS optimizer
+        steps of DRY_RUN_MICRO_BATCH samples × the same processes × DRY_RUN_ACCUMULATION
+        passes."""
+        return _DryRun(self.plan, self.split)
+
+    def with_micro_batch(self, micro_batch: int) -> RunPlan:
+        """This run with its global batch split into ``micro_batch`` samples per pass (the plan
+        unchanged): what ``train.micro_batch: auto`` chose."""
+        split = split_batch(self.plan.target_batch, self.split.world_size, micro_batch)
+        return RunPlan(self.plan, replace(split, parallel=self.split.parallel))
 
     def sharding(self, parameters: int | None = None) -> Sharding:
         """How the processes hold the model, with the bytes each holds for a model of
@@ -240,7 +253,7 @@ class RunPlan(NamedTuple):
         """The split of optimizer step ``step``'s batch: ``split``, or its ramp stage's."""
         stage = self.plan.stage_at(step)
         if self.dry_steps is not None or stage is None or stage.batch == self.split.batch:
-            return self.split
+            return self.step_split
         measured = self.plan.ramp_mode == "measured"  # its stages measure the noise scale
         return stage_split(self.split, stage.batch, 2 if measured else 1)
 
@@ -255,20 +268,21 @@ class RunPlan(NamedTuple):
     def samples_through(self, step: int) -> int:
         """Global samples trained on by the end of optimizer step ``step``."""
         if self.dry_steps is not None:
-            return step * self.split.batch
+            return step * self.step_split.batch
         return int(self.plan.samples_through(step))
 
     def steps_within(self, samples: int) -> int:
         """The most optimizer steps of this plan that train on no more than ``samples``."""
         if self.dry_steps is not None:
-            return min(samples // self.split.batch, self.plan.total_iterations)
+            return min(samples // self.step_split.batch, self.plan.total_iterations)
         return self.plan.steps_within(samples)
 
     def stream(self, start: int, stop_at: int) -> list[tuple[int, int]]:
         """(micro-batch, how many) a process reads, in order, for steps start+1 .. stop_at: one
         entry, or one per batch ramp stage those steps touch."""
         if self.dry_steps is not None:
-            return [(self.split.micro_batch, (stop_at - start) * self.split.accumulation_steps)]
+            split = self.step_split
+            return [(split.micro_batch, (stop_at - start) * split.accumulation_steps)]
         sizes, step = [], start + 1
         while step <= stop_at:
             split, stage = self.split_at(step), self.plan.stage_at(step)
@@ -279,7 +293,7 @@ class RunPlan(NamedTuple):
 
     def to_dict(self) -> dict[str, Any]:
         """The run's plan as one JSON object: what ``date plan --json`` prints and ``plan.json``
-        holds (with a ramp, each stage's split as ``stage_splits``)."""
+        holds (with a ramp, each stage's split as ``stage_splits``); a dry run's is its run's."""
         data = {**self.plan.to_dict(), **self.split.to_dict()}
         if self.plan.ramp:
             whole = RunPlan(self.plan, self.split)  # a dry run's record: the stages' own splits
@@ -302,10 +316,16 @@ class RunPlan(NamedTuple):
 
 
 class _DryRun(RunPlan):
-    """A plan stepped as a dry run: its tiny split at every step, for DRY_RUN_STEPS steps."""
+    """A run stepped as a dry run: a tiny split at every step, for DRY_RUN_STEPS steps; its
+    ``split`` and record stay the run's."""
 
     __slots__ = ()
     dry_steps = DRY_RUN_STEPS
+
+    @property
+    def step_split(self) -> BatchSplit:
+        return BatchSplit(DRY_RUN_MICRO_BATCH, self.split.world_size, DRY_RUN_ACCUMULATION,
+                          self.split.parallel)
 
 
 def plan_of(run: Any, caller: str) -> Plan:

@@ -37,7 +37,8 @@ SHAPES = (
 
 
 def plans() -> Iterator[tuple[str, Plan]]:
-    """(name, plan) for every plan the digests cover; a combination with no sound plan is left out."""
+    """(name, plan) for every plan the digests cover (a combination with no sound plan is left
+    out)."""
     for path in shipped_specs().values():
         spec = load_spec(path)
         for rule in ("date", "paper"):

@@ -5,10 +5,12 @@ raises it above a size), the global batch unchanged, the choice kept on resume."
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from date_engine.runplan import halvings
+from tests.conftest import ROOT
 from tests.runs import SHORT, SPEC, date
 
 OOM = "tests.fault_recipes:lenet_digits_oom"
@@ -48,12 +50,17 @@ def test_the_largest_micro_batch_that_fits_is_found_and_kept_on_resume(tmp_path)
 @pytest.mark.slow
 def test_the_processes_of_a_job_take_the_smallest_choice(tmp_path):
     """Rank 1's device holds 20 samples, rank 0's everything: both pass 16 (the largest of 128's
-    halvings that fits rank 1), 8 accumulation steps each: 16 × 2 × 8 = 256."""
-    out = tmp_path / "two"
+    halvings that fits rank 1), 8 accumulation steps each: 16 × 2 × 8 = 256. The plan is derived
+    once, by the command; the workers train it and only re-split it (derive_plan counted in every
+    process, tests/derive_counter)."""
+    out, derives = tmp_path / "two", tmp_path / "derives.log"
     run = date("scale", SPEC, "--batch", 256, "--nproc", 2, *SHORT, "--max-steps", 2,
                "--set", "train.micro_batch=auto", "--recipe", OOM, "-o", out,
-               env={"DATE_TEST_OOM_ABOVE": "20", "DATE_TEST_OOM_RANK": "1"})
+               env={"DATE_TEST_OOM_ABOVE": "20", "DATE_TEST_OOM_RANK": "1",
+                    "DATE_TEST_DERIVES": str(derives),
+                    "PYTHONPATH": f"{ROOT / 'tests' / 'derive_counter'}{os.pathsep}{ROOT}"})
     assert run.returncode == 0, run.stdout + run.stderr
+    assert len(derives.read_text().splitlines()) == 1
     assert _plan(out) == (16, 8, 2)
     assert json.loads((out / "micro_batch.json").read_text())["micro_batch"] == 16
 

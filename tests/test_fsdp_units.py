@@ -68,7 +68,7 @@ def test_the_split_names_fsdp_and_old_plans_read_as_ddp():
     planned = resolve_plan(_spec(), 64, world_size=2)
     assert planned.split.parallel == "fsdp"
     assert planned.to_dict()["parallel"] == "fsdp"
-    assert planned.dry_run(2).split.parallel == "fsdp"
+    assert planned.dry_run().step_split.parallel == "fsdp"
     ddp = resolve_plan(_spec("ddp"), 64, world_size=2)
     assert "parallel" not in ddp.to_dict()  # plans written before fsdp existed still compare
     assert BatchSplit.from_dict({"micro_batch": 8, "world_size": 2,

@@ -21,7 +21,8 @@ from date_engine.probe import (
 )
 from date_engine.runfolder import RunFolder
 from date_engine.runplan import RunPlan
-from date_engine.spec import parse_spec
+from date_engine.recipes import get_recipe
+from date_engine.spec import parse_spec, spec_with
 from tests.bounds import float64_formula
 from tests.runs import SHORT, SPEC, date
 
@@ -200,9 +201,11 @@ def test_an_lr_check_run_that_diverges_reads_steps_limited(tmp_path, monkeypatch
     run.mkdir()
     (run / "metrics.jsonl").write_text("".join(
         json.dumps({"step": s, "loss": 3.0 - 0.1 * s}) + "\n" for s in range(1, 11)))
-    probed = RunConfig(spec={"baseline": {"lr": 0.1, "batch_size": 16}}, spec_path="s.yaml",
-                       recipe="r", batch=16, world_size=1, micro_batch=8, output_dir=str(run),
-                       measure_pairs=True, max_seconds=60.0)
+    spec = spec_with("lenet-mnist", ["baseline.lr=0.1"])
+    probed = RunConfig(spec=spec.model_dump(mode="json", exclude_none=True), spec_path="s.yaml",
+                       recipe="lenet-mnist", batch=1024, world_size=1, micro_batch=512,
+                       output_dir=str(run), measure_pairs=True, max_seconds=60.0)
+    recipe = get_recipe("lenet-mnist")
     asked = []
 
     def launch(config, options):
@@ -211,17 +214,19 @@ def test_an_lr_check_run_that_diverges_reads_steps_limited(tmp_path, monkeypatch
 
     monkeypatch.setattr(probing, "launch", launch)
     codes = [3, 143]
-    check, code = probing._lr_check(probed, 10, tmp_path / "lr-check", probing.ProbeOptions())
+    check, code = probing._lr_check(probed, recipe, 10, tmp_path / "lr-check",
+                                    probing.ProbeOptions())
     assert code == 0 and check.loss is None and not check.gains
     assert check.baseline_loss == pytest.approx(second_half_loss(
         [{"step": s, "loss": 3.0 - 0.1 * s} for s in range(1, 11)], 10))
     sent = asked[0]
     assert sent.spec["baseline"]["lr"] == 0.2 and probed.spec["baseline"]["lr"] == 0.1
+    assert sent.run["baseline_lr"] == sent.run["peak_lr"] == 0.2  # the run derived at 2× the LR
     assert (sent.max_steps, sent.max_seconds, sent.measure_pairs, sent.measure_noise) == (
         10, None, False, False)
     assert sent.output_dir == str(tmp_path / "lr-check") and not sent.resume
-    assert probing._lr_check(probed, 10, tmp_path / "lr-check", probing.ProbeOptions()) == \
-        (None, 143)
+    assert probing._lr_check(probed, recipe, 10, tmp_path / "lr-check",
+                             probing.ProbeOptions()) == (None, 143)
 
 
 def test_date_probe_prints_the_lr_check_and_its_forecast(stored_probe):

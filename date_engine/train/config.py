@@ -27,6 +27,10 @@ class RunConfig:
     """Processes in the whole job (nodes × processes per node)."""
     micro_batch: int | None
     output_dir: str
+    run: dict[str, Any] | None = None
+    """The run the command derived (:meth:`RunPlan.to_dict`, as plan.json holds it): what every
+    process trains, not derived again. None where n is known only once the data is loaded: each
+    process then derives it from ``spec`` (date_engine/train/trainer.py)."""
     resume: bool = False
     force_replan: bool = False
     dry_run: bool = False

@@ -11,7 +11,6 @@ choice goes to the run folder's micro_batch.json and a resumed or restarted run 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -68,17 +67,18 @@ def wanted(spec: Any, config: Any) -> bool:
     return spec.train.micro_batch == "auto" and not (config.micro_batch or config.dry_run)
 
 
-def with_micro_batch(config: Any, recipe: Any, options: Any, data: Any, rt: Runtime,
-                     folder: RunFolder, restart: int, console: Any) -> Any:
-    """``config`` (a :class:`~date_engine.train.config.RunConfig`) with the micro-batch
-    :func:`choose_micro_batch` chose; the line saying which is printed on ``console``."""
+def with_micro_batch(run: Any, recipe: Any, options: Any, data: Any, rt: Runtime,
+                     folder: RunFolder, again: bool, console: Any) -> Any:
+    """``run`` (a :class:`~date_engine.runplan.RunPlan`) split into the micro-batch
+    :func:`choose_micro_batch` chose, the plan unchanged; the line saying which is printed on
+    ``console``. ``again``: a resumed or restarted run."""
     from date_engine.view.console import note_line
 
     chosen, line = choose_micro_batch(recipe, options, data, rt,
-                                      config.batch // config.world_size, folder,
-                                      config.resume or restart > 0)
+                                      run.plan.target_batch // run.split.world_size, folder,
+                                      again)
     console.print(note_line(line), soft_wrap=True)
-    return replace(config, micro_batch=chosen)
+    return run.with_micro_batch(chosen)
 
 
 def choose_micro_batch(recipe: Any, options: Any, data: Any, rt: Runtime, share: int,

@@ -24,6 +24,7 @@ from date_engine.probe import (
 )
 from date_engine.runfolder import RunFolder
 from date_engine.runplan import largest_divisor, resolve_plan
+from date_engine.spec import parse_spec
 from date_engine.train.config import RunConfig
 from date_engine.train.launch import LaunchOptions, launch
 from date_engine.train.trainer import EXIT_NONFINITE
@@ -134,7 +135,7 @@ def run_probe(spec_path: Path, spec: Any, recipe: Any, options: ProbeOptions, fo
         spec=spec.model_dump(mode="json", exclude_none=True), spec_path=str(spec_path),
         recipe=recipe.name if ":" not in (spec.recipe or "") else spec.recipe, batch=batch,
         world_size=options.nproc, micro_batch=micro, output_dir=str(run_dir),
-        max_steps=min(steps, plan.total_iterations),
+        run=planned.to_dict(), max_steps=min(steps, plan.total_iterations),
         max_seconds=options.max_minutes * 60 if options.max_minutes else None,
         precision=spec.train.precision, measure_pairs=True, resume=options.resume,
         brief=True)
@@ -151,7 +152,7 @@ def run_probe(spec_path: Path, spec: Any, recipe: Any, options: ProbeOptions, fo
         return None, code or 1
     check = None
     if options.lr_check:
-        check, code = _lr_check(config, summary.steps, folder / "lr-check", options)
+        check, code = _lr_check(config, recipe, summary.steps, folder / "lr-check", options)
         if code:
             return None, code
     probe = Probe(
@@ -166,13 +167,16 @@ def run_probe(spec_path: Path, spec: Any, recipe: Any, options: ProbeOptions, fo
     return probe, 0
 
 
-def _lr_check(probed: RunConfig, steps: int, run_dir: Path,
+def _lr_check(probed: RunConfig, recipe: Any, steps: int, run_dir: Path,
               options: ProbeOptions) -> tuple[LRCheck | None, int]:
     """Train the probe's ``steps`` again into ``run_dir`` at LR_CHECK_FACTOR × the baseline's LR
     (same seed, split and schedule; no noise measured) and compare the second halves' losses."""
     spec = dict(probed.spec, baseline=dict(probed.spec["baseline"]))
     spec["baseline"]["lr"] = LR_CHECK_FACTOR * spec["baseline"]["lr"]
-    config = dataclasses.replace(probed, spec=spec, output_dir=str(run_dir), max_steps=steps,
+    run = resolve_plan(parse_spec(spec, source=probed.spec_path), probed.batch,
+                       probed.world_size, probed.micro_batch, recipe)
+    config = dataclasses.replace(probed, spec=spec, run=run.to_dict(), output_dir=str(run_dir),
+                                 max_steps=steps,
                                  max_seconds=None, measure_noise=False, measure_pairs=False,
                                  resume=options.resume and bool(RunFolder(run_dir).checkpoints()))
     code = launch(config, LaunchOptions(nproc=options.nproc))

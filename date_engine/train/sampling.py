@@ -80,7 +80,7 @@ def loader(data, planned, rank: int, seed: int, start: int, stop_at: int, num_wo
     import torch
 
     sizes = planned.stream(start, stop_at)
-    first = sizes[0] if sizes else (planned.split.micro_batch, 0)
+    first = sizes[0] if sizes else (planned.step_split.micro_batch, 0)
     world = planned.split.world_size
     sampler = MicroBatchSampler(len(data.train), first[0], world, rank, seed,
                                 start=planned.samples_through(start), count=first[1],

@@ -1,17 +1,17 @@
 """The training loop of ``date scale``: one :class:`Trainer` per process, identical on every
 process.
 
-set up   the recipe's data → the plan and batch split (:func:`~date_engine.runplan.resolve_plan`,
-         the one ``date plan`` shows; a dry run steps it with :meth:`RunPlan.dry_run`) → the
-         model, the optimizer the plan names, the loss scaler → the newest checkpoint, when
-         resuming (:mod:`~date_engine.train.resume`) → DDP
+set up   the recipe's data → the run: the plan and batch split the command derived (the one
+         ``date plan`` shows; a dry run steps it with :meth:`RunPlan.dry_run`) → the model, the
+         optimizer the plan names, the loss scaler → the newest checkpoint, when resuming
+         (:mod:`~date_engine.train.resume`) → DDP
 loop     per optimizer step i: lr(i); the micro-batches forward and backward; one agreement of
          the processes (non-finite loss? a stop asked for? a checkpoint due?); the update; the
          log line; a measured ramp's move, evaluation and checkpoint when due
 finish   a checkpoint, the final evaluation, summary.json
 
-Every question about a step — its LR, its split, the samples through it, the last step — is the
-:class:`~date_engine.runplan.RunPlan`'s.
+Every question about a step — its LR, its split, the samples through it, the last step — is
+the run's (``Trainer.run``, a :class:`~date_engine.runplan.RunPlan`), held once.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def run(config: RunConfig) -> int:
     trainer = None
     try:
         trainer = Trainer(config, runtime, console, stop)
-        return trainer.run()
+        return trainer.train()
     except DateError as exc:
         if runtime.is_main:
             _error(str(exc))
@@ -99,14 +99,18 @@ class Trainer:
         self.done: int | None = 0
         """The last step whose update is complete (None while an update is in flight)."""
         self._lock: RunLock | None = None
+        self.run: RunPlan
+        """What this process trains: the plan and the split of its batch (a dry run's, or one a
+        measured ramp's move re-derived)."""
 
     @property
     def plan(self):
-        return self.planned.plan
+        return self.run.plan
 
     # ------------------------------------------------------------------ set up
 
-    def run(self) -> int:
+    def train(self) -> int:
+        """Train the run; returns the process's exit code."""
         for note in self.rt.notes:
             self.console.print(note_line(note), soft_wrap=True)
         if self.restart and (failed := resume.earlier_failure(self.folder)) is not None:
@@ -115,21 +119,21 @@ class Trainer:
         resume.seed_everything(self.seed)
         data = self.recipe.load_data(DataOptions(data_dir=self.spec.train.data_dir,
                                                  seed=self.seed), self.options, self.config.dry_run)
-        self.planned = self._resolve(data)
+        self.run = self._derive(data)
         self._lock = resume.take_lock(self.rt, self.folder, self.config.rerun_command)
         if fit.wanted(self.spec, self.config):  # train.micro_batch: auto
-            self.config = fit.with_micro_batch(self.config, self.recipe, self.options, data,
-                                               self.rt, self.folder, self.restart, self.console)
-            self.planned = self._resolve(data)
-        self.steps_plan = self.planned.dry_run(self.rt.world_size) if self.config.dry_run \
-            else self.planned
+            self.run = fit.with_micro_batch(self.run, self.recipe, self.options, data, self.rt,
+                                            self.folder, self.config.resume or self.restart > 0,
+                                            self.console)
+        if self.config.dry_run:
+            self.run = self.run.dry_run()
         found = self._checkpoint_to_resume(data)  # every refusal happens before anything is written
         if found is not None and self._mismatch(found) is None and resume.already_finished(
-                found, self.steps_plan, self.folder, self.recipe, self.console, self.rt.is_main):
+                found, self.run, self.folder, self.recipe, self.console, self.rt.is_main):
             return 0
-        self.noise = noise_scale(self.steps_plan, self.rt.sharded, self.config)
+        self.noise = noise_scale(self.run, self.rt.sharded, self.config)
         self.follower = Follower(self.noise, self.plan.target_batch, self.plan.baseline_batch,
-                                 self.rt.world_size) if self.steps_plan.follows_noise else None
+                                 self.rt.world_size) if self.run.follows_noise else None
         self._announce(data)
         steps, point = self._build(data, found)
         try:
@@ -153,11 +157,11 @@ class Trainer:
         model = self.rt.shard(model, (self.recipe.shard_units or shard_units)(model))
         optimizer = optimizer_for(model, self.plan)
         scaler = self.rt.grad_scaler()
-        point = resume.restore(found, model, optimizer, scaler, self.noise, self.steps_plan,
+        point = resume.restore(found, model, optimizer, scaler, self.noise, self.run,
                                found and self._mismatch(found), self.seed, self.rt.rank,
                                self.console)
         steps = StepRunner(model, self.rt.wrap(model), optimizer, scaler, self.recipe, data,
-                           self.rt, self.steps_plan.split.accumulation_steps,
+                           self.rt, self.run.step_split.accumulation_steps,
                            measure_noise=self.noise is not None,
                            measure_pairs=self.config.measure_pairs)
         resume.continue_pairs(point, steps, self.noise, found)
@@ -169,24 +173,34 @@ class Trainer:
             self._lock.release()
             self._lock = None
 
-    def _resolve(self, data: RecipeData, changes: tuple[Change, ...] = ()) -> RunPlan:
-        """The plan and split ``date plan`` shows for this command: plan.json of the run. With a
-        measured ramp's ``changes``, the plan of a run that made them, from the noise curve this
-        run's plan holds (no probe.json read again)."""
+    def _derive(self, data: RecipeData) -> RunPlan:
+        """The run the command derived (``config.run``), or — where n is known only now that the
+        data is loaded — the one :func:`resolve_plan` derives here; the data loaded checked
+        against the plan's n."""
         cfg = self.config
-        planned = resolve_plan(self.spec, cfg.batch, cfg.world_size, cfg.micro_batch, self.recipe,
-                               dataset_size=len(data.train), ramp_changes=changes,
-                               noise_curve=self.plan.noise_curve if changes else None)
-        if changes or data.note:  # checked at the start; generated samples stand in for data
-            return planned
+        if cfg.run is not None:
+            run = RunPlan.from_dict(cfg.run)
+        else:
+            run = resolve_plan(self.spec, cfg.batch, cfg.world_size, cfg.micro_batch,
+                               self.recipe, dataset_size=len(data.train))
+        if data.note:  # generated samples stand in for the data
+            return run
         other = self.spec.recipe if self.spec.recipe not in (None, self.recipe.name,
                                                              cfg.recipe) else None
-        note = check_dataset_size(planned.plan.dataset_size, planned.plan.dataset_size_source,
+        note = check_dataset_size(run.plan.dataset_size, run.plan.dataset_size_source,
                                   len(data.train), cfg.batch, self.spec.train.data_dir,
                                   self.recipe.name, other)
         if note and self.rt.is_main:
             self.console.print(note_line(note), soft_wrap=True)
-        return planned
+        return run
+
+    def _replanned(self, data: RecipeData, changes: tuple[Change, ...]) -> RunPlan:
+        """The run of a measured ramp that made ``changes``: its plan derived again from the
+        noise curve the run's plan holds (no probe.json read again), split as the run is."""
+        split = self.run.split
+        return resolve_plan(self.spec, self.plan.target_batch, split.world_size,
+                            split.micro_batch, self.recipe, dataset_size=len(data.train),
+                            ramp_changes=changes, noise_curve=self.plan.noise_curve)
 
     def _announce(self, data: RecipeData) -> None:
         """Show the plan and write the run's record (rank 0)."""
@@ -194,14 +208,13 @@ class Trainer:
             return
         from date_engine.view.progress import run_notes
 
-        for line in run_notes(self.config, self.recipe.name, self.planned, self.steps_plan,
-                              self._stop_at(), self.folder.root, data.note, self.noise,
-                              self.rt.backend, self.console.width,
-                              self.recipe.parameter_count(self.options)
-                              if self.steps_plan.split.sharded else None):
+        for line in run_notes(self.config, self.recipe.name, self.run, self._stop_at(),
+                              self.folder.root, data.note, self.noise, self.rt.backend,
+                              self.console.width, self.recipe.parameter_count(self.options)
+                              if self.run.split.sharded else None):
             self.console.print(line, soft_wrap=isinstance(line, Text))  # the plan's tables wrap
         self.folder.write_record(self.spec.model_dump(mode="json", exclude_none=True),
-                                 self.config.to_json(), self.planned)
+                                 self.config.to_json(), self.run)
 
     # ------------------------------------------------------------------ resume
 
@@ -213,15 +226,14 @@ class Trainer:
                             cfg.resume and not self.restart, self.console, self.rt.is_main)
         if found is None:
             return None
-        if self.steps_plan.follows_noise and (changes := resume.saved_changes(
-                found.payload["plan"])):
+        if self.run.follows_noise and (changes := resume.saved_changes(found.payload["plan"])):
             with contextlib.suppress(ValueError):  # changes of another plan: refused below
-                self.planned = self.steps_plan = self._resolve(data, changes)
+                self.run = self._replanned(data, changes)
         if not cfg.force_replan and (kept := resume.kept_plan(
-                found, self.steps_plan, self.spec, self.console if self.rt.is_main else None)):
-            self.planned = self.steps_plan = kept
+                found, self.run, self.spec, self.console if self.rt.is_main else None)):
+            self.run = kept
         # a layout this run cannot read is refused first: --force-replan cannot help there
-        ckpt.check_layout(found, self.steps_plan.split.sharded, self.spec.train.parallel)
+        ckpt.check_layout(found, self.run.split.sharded, self.spec.train.parallel)
         mismatch = self._mismatch(found)
         if mismatch and not cfg.force_replan:
             raise ckpt.refuse(found.path, mismatch)
@@ -230,36 +242,36 @@ class Trainer:
     def _mismatch(self, found: ckpt.Found) -> str | None:
         payload = found.payload  # the saved plan as this version writes it: defaults filled in
         return ckpt.describe_mismatch(RunPlan.from_dict(payload["plan"]).to_dict(),
-                                      self.steps_plan.to_dict(), payload["spec_fingerprint"],
+                                      self.run.to_dict(), payload["spec_fingerprint"],
                                       self.spec.fingerprint())
 
     # ------------------------------------------------------------------ the loop
 
     def _stop_at(self) -> int:
         """The step this attempt stops after: the last, or --max-steps."""
-        last, most = self.steps_plan.last_step, self.config.max_steps
+        last, most = self.run.last_step, self.config.max_steps
         return min(last, most) if most else last
 
     def _train(self, steps: StepRunner, data: RecipeData,
                point: resume.ResumePoint) -> RunSummary | None:
-        train, planned = self.spec.train, self.steps_plan
+        train = self.spec.train
         log = RunLogger(
-            self.rt, self.console, self.folder, total_steps=planned.last_step, start=point.step,
+            self.rt, self.console, self.folder, total_steps=self.run.last_step, start=point.step,
             resumed=point.resumed, log_every=train.log_every, dataset_size=self.plan.dataset_size,
-            samples_through=lambda s: self.steps_plan.samples_through(s),  # moves change the plan
-            batch_at=(lambda s: self.steps_plan.split_at(s).batch) if self.plan.ramp else None,
+            samples_through=lambda s: self.run.samples_through(s),  # moves change the run
+            batch_at=(lambda s: self.run.split_at(s).batch) if self.plan.ramp else None,
             window=point.window, time_before=point.train_seconds,
             expect_until=self._stop_at() if self.config.brief else None)  # date probe's
         # a dry run writes (and reads back) the one checkpoint at its end: a model that does not
         # fit one step's checkpoint in memory or on disk fails there as the run would
-        policy = ckpt.CheckpointPolicy(planned.dry_steps or train.checkpoint_every,
+        policy = ckpt.CheckpointPolicy(self.run.dry_steps or train.checkpoint_every,
                                        train.checkpoint_minutes)
         began, self.done = time.perf_counter(), point.step
         stopped_by = self._loop(steps, data, log, policy, point.step)
         if stopped_by == "non-finite":
             log.close()
             return None
-        step, last = self.done, self.steps_plan.last_step
+        step, last = self.done, self.run.last_step
         if stopped_by is None and self._stop_at() < last:
             stopped_by = "max-steps"
         try:
@@ -268,18 +280,17 @@ class Trainer:
             self._nonfinite(step, None)
             log.close()
             return None
-        if planned.dry_steps and self.rt.is_main:  # a dry run reads back what it wrote
+        if self.run.dry_steps and self.rt.is_main:  # a dry run reads back what it wrote
             ckpt.read_back(self.folder, step)
         metric = None
         if step == last and data.eval is not None:
             metric = evaluate(self.rt, self.recipe, steps.model, data, step, log)
         log.close()
         wall = time.perf_counter() - began
-        samples = self.steps_plan.samples_through(step) - self.steps_plan.samples_through(
-            point.step)
+        samples = self.run.samples_through(step) - self.run.samples_through(point.step)
         return RunSummary(self.recipe.name, step, last, stopped_by, self.recipe.metric_name,
                           metric, wall, samples / wall if wall > 0 else 0.0,
-                          str(path) if path else None, self.planned.to_dict())
+                          str(path) if path else None, self.run.to_dict())
 
     def _loop(self, steps: StepRunner, data: RecipeData, log: RunLogger,
               policy: ckpt.CheckpointPolicy, start: int) -> str | None:
@@ -324,7 +335,7 @@ class Trainer:
 
     def _maybe_evaluate(self, step: int, model, data: RecipeData, log: RunLogger) -> None:
         every = self.spec.train.eval_every
-        if every and step % every == 0 and step != self.steps_plan.last_step:
+        if every and step % every == 0 and step != self.run.last_step:
             evaluate(self.rt, self.recipe, model, data, step, log)
 
     def _maybe_save(self, step: int, steps: StepRunner, log: RunLogger,
@@ -340,9 +351,9 @@ class Trainer:
         out); set step ``step``'s LR and split; say where a ramp's batch grows. Returns both."""
         self.rng_before = ckpt.capture_rng(numpy=False) if not self.rt.distributed else None
         lr = set_lr(steps.optimizer, self.plan, step)
-        split = self.steps_plan.split_at(step)
+        split = self.run.split_at(step)
         steps.accumulation = split.accumulation_steps  # a ramp's stage may change it
-        if (stage := self.steps_plan.stage_starting(step)) is not None and self.rt.is_main:
+        if (stage := self.run.stage_starting(step)) is not None and self.rt.is_main:
             why = (f"the measured noise scale reached {stage.noise_at_start:,.0f}"
                    if stage.measured else "where the plan puts it")
             self.console.print(note_line(
@@ -356,10 +367,10 @@ class Trainer:
         change = self.follower and self.follower.after(step, self.plan.ramp, self.plan.ramp_reach)
         if change is None:
             return
-        self.planned = self.steps_plan = self._resolve(data, self.plan.ramp_changes + (change,))
-        log.retotal(self.steps_plan.last_step)
+        self.run = self._replanned(data, self.plan.ramp_changes + (change,))
+        log.retotal(self.run.last_step)
         if self.rt.is_main:
-            self.folder.write_plan(self.planned)
+            self.folder.write_plan(self.run)
         del self.batches  # the old loader's workers go
         self.batches = iter(self._loader(data, step))
 
@@ -388,7 +399,7 @@ class Trainer:
     def _loader(self, data: RecipeData, start: int) -> torch.utils.data.DataLoader:
         """This process's micro-batches for steps start+1 .. the stop."""
         rank = self.rt.rank
-        return loader(data, self.steps_plan, rank, self.seed, start, self._stop_at(),
+        return loader(data, self.run, rank, self.seed, start, self._stop_at(),
                       self.spec.train.num_workers, self.rt.pin_memory,
                       resume.process_seed(self.seed, rank, start))
 
@@ -396,7 +407,7 @@ class Trainer:
 
     def _save(self, step: int, steps: StepRunner, log: RunLogger, rng=None):
         """The checkpoint of ``step`` (:func:`checkpoint.save_run`)."""
-        return ckpt.save_run(self.rt, self.folder, step, self.steps_plan, steps.model,
+        return ckpt.save_run(self.rt, self.folder, step, self.run, steps.model,
                              steps.optimizer, steps.scaler, self.noise, log, seed=self.seed,
                              spec_fingerprint=self.spec.fingerprint(), recipe=self.recipe.name,
                              keep=self.spec.train.keep_checkpoints, rng=rng,
@@ -419,7 +430,7 @@ class Trainer:
             return
         from date_engine.view.progress import end_notes
 
-        for line in end_notes(summary, self.plan, self.steps_plan.split, self.config):
+        for line in end_notes(summary, self.plan, self.run.step_split, self.config):
             self.console.print(line, soft_wrap=isinstance(line, Text))
         self.folder.write_summary(summary)
         if self.config.draws_curves:
@@ -429,18 +440,18 @@ class Trainer:
                        self.folder.curves_path, self.plan)
 
 
-def noise_scale(steps_plan: RunPlan, sharded: bool, config: RunConfig) -> NoiseScale | None:
+def noise_scale(run: RunPlan, sharded: bool, config: RunConfig) -> NoiseScale | None:
     """The run's gradient noise scale, measured when a step sees more than one micro-batch
     gradient (more processes or accumulation steps; a measured ramp's stages always do);
     averaged over a fixed share of the run's samples."""
-    split, plan = steps_plan.split, steps_plan.plan
+    split, plan = run.step_split, run.plan
     if sharded:  # each process holds a shard of the summed gradient only
         if config.measure_pairs:
             raise DateError("date probe measures the gradient noise scale, which "
                             "train.parallel: fsdp does not; probe with train.parallel: ddp "
                             "(the probe's model fits one device at its small batch).")
         return None
-    if steps_plan.follows_noise:
+    if run.follows_noise:
         if not config.measure_noise:
             raise DateError("date.ramp: measured follows the noise scale the run measures, "
                             "which this run was asked not to; set date.ramp: planned.")

@@ -107,38 +107,37 @@ def render_summary(summary: RunSummary, plan: Plan, split: BatchSplit,
     return table
 
 
-def run_notes(config, recipe: str, planned: RunPlan, steps_plan: RunPlan, stop_at: int, folder,
-              data_note: str, noise, backend: str | None, width: int,
-              parameters: int | None = None) -> list:
-    """What ``date scale`` shows before its first step: the plan (or, brief, one line), then
-    notes on the data, the noise scale, a dry run and a measured ramp. ``parameters``: the
-    model's, for the bytes each process holds under fsdp."""
+def run_notes(config, recipe: str, run: RunPlan, stop_at: int, folder, data_note: str, noise,
+              backend: str | None, width: int, parameters: int | None = None) -> list:
+    """What ``date scale`` shows before its first step: the plan of ``run`` (or, brief, one
+    line), then notes on the data, the noise scale, a dry run and a measured ramp.
+    ``parameters``: the model's, for the bytes each process holds under fsdp."""
     from date_engine.view.plan import describe_split, render_plan
 
-    plan, lines = planned.plan, []
+    plan, lines = run.plan, []
     if config.brief:
         lines.append(Text(f"training the first {stop_at:,} of the baseline's "
                           f"{plan.total_iterations:,} optimizer steps ({recipe}, batch "
-                          f"{describe_split(planned.split)}) into {folder}"))
+                          f"{describe_split(run.split)}) into {folder}"))
     else:
-        lines.append(render_plan(plan, planned.split, f"date scale {config.spec_path} — recipe "
+        lines.append(render_plan(plan, run.split, f"date scale {config.spec_path} — recipe "
                                  f"{recipe}", chart_width=min(width - 14, 72),
-                                 sharding=planned.sharding(parameters)))
+                                 sharding=run.sharding(parameters)))
     if config.threads and not config.brief:
         lines.append(Text(f"threads: {config.threads} per process ({config.threads_why})"))
     if data_note:
         lines.append(note_line(data_note))
     if noise is None and config.measure_noise and not config.dry_run and not plan.ramp \
-            and not config.brief and not planned.split.sharded:
+            and not config.brief and not run.split.sharded:
         lines.append(note_line(
             "the gradient noise scale is not measured: each step sees one gradient (one "
             "process, no accumulation); a --micro-batch below the batch measures it."))
     if config.dry_run:
         lines.append(Text.from_markup(
-            f"[bold]dry run:[/] the plan above is valid; now {steps_plan.last_step} optimizer "
-            f"steps of {describe_split(steps_plan.split)} on the CPU "
+            f"[bold]dry run:[/] the plan above is valid; now {run.last_step} optimizer "
+            f"steps of {describe_split(run.step_split)} on the CPU "
             f"({backend or 'one process'}), writing only to a temporary folder."))
-    if steps_plan.follows_noise:
+    if run.follows_noise:
         lines.append(note_line(
             "the batch ramp follows the noise scale this run measures; plan.json is rewritten "
             "at each move up."))
