@@ -44,7 +44,7 @@ docs/noise.md)."""
 HELD_OUT_MISS = 4.43
 """How far B_hold missed the largest batch that held on a study left out of the choice of its
 constant, at worst over three probe seeds a study (docs/noise.md, "Held out"; a test recomputes it
-from benchmarks/holdout.py)."""
+from lab/holdout.py)."""
 STEPS_LIMITED_MISSES = (("bert-mlm", 1.31), ("lenet-mnist", 12.05), ("vit-mnist", 1.51))
 """How far the LR check's forecast, B_hold = ⌊4/3·B0⌋, was off the largest batch that held in the
 baseline's epochs on each study whose probes it found steps-limited, at worst over three probe

@@ -107,7 +107,7 @@ def two_processes(tmp_path_factory):
 def stored_probe(tmp_path):
     """A probe of the studies (docs/results/probes.jsonl), written out as the probe.json `date
     probe` wrote: ``stored_probe("probes-lrcheck/bert-mlm-seed0")`` -> its path."""
-    from benchmarks.results_data import write_probe
+    from lab.results_data import write_probe
 
     def write(name: str) -> Path:
         return write_probe(name, tmp_path / f"{name.replace('/', '-')}.json")

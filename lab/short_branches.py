@@ -1,7 +1,7 @@
 """Short branches from the baseline: how many of the baseline's samples a step at a larger batch
 is worth, read from the loss, not from gradient statistics.
 
-    python benchmarks/short_branches.py SPEC [--set key=value ...] [--points 0.5,1.0]
+    python lab/short_branches.py SPEC [--set key=value ...] [--points 0.5,1.0]
         [--batches 128,512,1024,2048] [--length 0.8] [--blend 0.5] [--seed 0] [--out FILE]
 
 The baseline (its batch B0, its plan's LR schedule and optimizer) trains from scratch to the last

@@ -1,7 +1,7 @@
 """Per-layer ratio rules on real handwritten digits: which layer_ratio setting trains best at large
 batch?
 
-    python benchmarks/layer_ratio_digits.py [--optimizer rmsprop] [--batches 32,256,512,1024]
+    python lab/layer_ratio_digits.py [--optimizer rmsprop] [--batches 32,256,512,1024]
         [--seeds 5] [--rule paper] [--out layer_ratio_digits.json]
 
 LeNet on scikit-learn's 8×8 digits (1,797 real scans; 1,437 train / 360 test, stratified, fixed

@@ -1,7 +1,7 @@
 """Draw the results figures of docs/ from the stored data, as SVG.
 
-    python -m benchmarks.results_figures            # rewrite docs/results/figures/*.svg
-    python -m benchmarks.results_figures --check    # what a test checks: each figure current
+    python -m lab.results_figures            # rewrite docs/results/figures/*.svg
+    python -m lab.results_figures --check    # what a test checks: each figure current
 
 Each figure is drawn from numbers a function here computes from docs/results (the same readers
 the tables use); docs/results/figures/figures.json keeps those numbers and the SHA-256 of the SVG
@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.results_data import study_of, sweep
-from benchmarks.results_tables import GPT_LABELS, GPT_SWEEPS, RULES, _rule_refs, delta
+from lab.results_data import study_of, sweep
+from lab.results_tables import GPT_LABELS, GPT_SWEEPS, RULES, _rule_refs, delta
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = ROOT / "docs" / "results" / "figures"
@@ -164,7 +164,7 @@ def main(argv: list[str]) -> int:
     if "--check" in argv:
         for name in (names := stale()):
             print(f"docs/results/figures/{name}.svg is stale: run python -m "
-                  "benchmarks.results_figures")
+                  "lab.results_figures")
         return 1 if names else 0
     import matplotlib
 

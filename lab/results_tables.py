@@ -1,7 +1,7 @@
 """Regenerate the results tables of README.md and docs/*.md from the data in docs/results.
 
-    python -m benchmarks.results_tables            # rewrite every generated table in place
-    python -m benchmarks.results_tables --check    # exit 1, naming each table that differs
+    python -m lab.results_tables            # rewrite every generated table in place
+    python -m lab.results_tables --check    # exit 1, naming each table that differs
 
 A generated table sits between ``<!-- generated: NAME -->`` and ``<!-- end generated -->``; what
 is between the two lines is replaced by ``TABLES[NAME]()``. Δ is a scheme's mean metric minus its
@@ -18,9 +18,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import holdout
-from benchmarks.results_data import RESULTS, group, seed_metrics, study_of, sweep
 from date_engine.sweep.results import paired
+from lab import holdout
+from lab.results_data import RESULTS, group, seed_metrics, study_of, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 Ref = tuple[str, str]
@@ -510,8 +510,8 @@ GPT_PROBES = (("probes/gpt-char", "`date probe recipes/gpt-char.yaml --share 0.2
 def gpt_probe_table() -> str:
     """The forecast for gpt-char at 8× from the bundled trainer's probe and from DateProbe's
     inside HF's Trainer, each over the baseline's first 500 steps."""
-    from benchmarks.results_data import probe
     from date_engine.forecast import forecast
+    from lab.results_data import probe
 
     lines = ["| probe | steps | B_noise at the baseline's end | B_hold (±1 s.e.) | batch 96: "
              "epochs × (steps) |", "|---|---:|---:|---:|---:|"]
@@ -607,7 +607,7 @@ def main(argv: list[str]) -> int:
     if "--check" in argv:
         differ = stale()
         for line in differ:
-            print(f"{line}: edited by hand or stale; run python -m benchmarks.results_tables")
+            print(f"{line}: edited by hand or stale; run python -m lab.results_tables")
         return 1 if differ else 0
     for name in FILES:
         path = ROOT / name

@@ -17,7 +17,7 @@ at one point (``metric_table``, ``readings_summary``), a study from another base
 same recipe (``other_baselines_table``), and each probe's loss over its second half, a plateau check
 that was not shipped (``plateau_table``) — each what docs/noise.md or docs/results.md carries.
 
-    python -m benchmarks.holdout     # every table and sentence
+    python -m lab.holdout     # every table and sentence
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
-from benchmarks.results_data import probe
-from benchmarks.results_data import sweep as sweep_summary
 from date_engine.forecast import HOLDING_FACTOR, batch_at_factor, batch_slope
 from date_engine.probe import Probe
+from lab.results_data import probe
+from lab.results_data import sweep as sweep_summary
 
 SAME_EPOCHS = ("date", "date+same-epochs")
 """The labels of the default rule's cells in the baseline's epochs (the second where a sweep ran

@@ -1,10 +1,10 @@
 """Store a finished `date sweep` as data: its results.json -> docs/results/sweeps/NAME.jsonl.
 
-    python -m benchmarks.store_sweep sweeps/lenet-mnist-rules [--name NAME]
-    python -m benchmarks.store_sweep sweeps/vit-mnist-cosine --study schedule-shape
+    python -m lab.store_sweep sweeps/lenet-mnist-rules [--name NAME]
+    python -m lab.store_sweep sweeps/vit-mnist-cosine --study schedule-shape
 
 The first line holds the sweep's settings (command, machine, schemes, budgets, tolerance, metric);
-every other line is one cell (benchmarks/results_data.py reads them back). With ``--study``, the
+every other line is one cell (lab/results_data.py reads them back). With ``--study``, the
 sweep's lines go into one study's file, docs/results/studies/STUDY.jsonl, beside the study's other
 sweeps (a sweep stored again replaces its lines there).
 """
@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks.results_data import RESULTS
 from date_engine.sweep.schemes import split_label
+from lab.results_data import RESULTS
 
 
 def lines(name: str, results: dict[str, Any]) -> list[str]:

@@ -1,6 +1,6 @@
 """Why DATE's per-layer ratios slow the vit-mnist ViT at the baseline's batch: a side-by-side.
 
-    OMP_NUM_THREADS=1 python benchmarks/vit_layer_ratio.py [--steps 300] [--data data/mnist]
+    OMP_NUM_THREADS=1 python lab/vit_layer_ratio.py [--steps 300] [--data data/mnist]
 
 The recipe's ViT (7×7 patches, 4 pre-LN blocks of width 64) trained the same number of steps, on the
 same data order, with AdamW 1e-3 (weight decay 0.05, batch 128, 20 warmup steps), once per variant
