@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 from date_engine import load_spec
 from date_engine.optim.build import build_optimizer
+from date_engine.planning import plan_for
 from date_engine.recipes import DataOptions, get_recipe
-from date_engine.runplan import resolve_plan
 from date_engine.schedule import set_lr
 from date_engine.train.config import RunConfig
 from date_engine.train.trainer import run
@@ -80,7 +80,7 @@ def main() -> None:
     args = parser.parse_args()
     spec = load_spec(args.spec)
     recipe = get_recipe(spec.recipe)
-    plan, split = resolve_plan(spec, args.batch, recipe=recipe)
+    plan, split = plan_for(spec, args.batch, recipe=recipe)
     hand, trainer = [], []
     for _ in range(args.repeats):
         hand.append(hand_loop(spec, recipe, plan, split))

@@ -140,27 +140,19 @@ def _recipe(name: str, samples: int):
 
 
 def _bundled(model_name: str, steps: int, out: Path) -> None:
-    """``date scale``'s trainer, in this process, on the model as a recipe registered here."""
-    from date_engine import load_spec
+    """``date scale``'s trainer, in this process (``train_run``), on the model as a recipe
+    registered here."""
+    from date_engine import baseline, plan_for, train_run
     from date_engine.recipes import register_recipe
-    from date_engine.train.config import RunConfig
-    from date_engine.train.trainer import run
+    from date_engine.spec import spec_with
 
     samples = BATCH * steps
     register_recipe(f"{model_name}-blocks")(lambda: _recipe(model_name, samples))
-    spec_path = out / "spec.yaml"
-    spec_path.write_text(
-        f"recipe: {model_name}-blocks\n"
-        f"baseline: {{batch_size: {BATCH}, lr: 1.0e-3, epochs: 1, dataset_size: {samples}, "
-        f"warmup_epochs: 0.1, optimizer: {{name: adamw, weight_decay: 0.1}}}}\n"
-        "train: {grad_clip: 1.0, log_every: 10}\n")
-    spec = load_spec(spec_path)
-    config = RunConfig(spec=spec.model_dump(mode="json", exclude_none=True),
-                       spec_path=str(spec_path), recipe=spec.recipe, batch=BATCH, world_size=1,
-                       micro_batch=None, output_dir=str(out / "run"))
+    spec = spec_with(baseline(recipe=f"{model_name}-blocks", batch_size=BATCH, lr=1e-3, epochs=1,
+                              dataset_size=samples, warmup_epochs=0.1, optimizer="adamw",
+                              weight_decay=0.1), ["train.grad_clip=1.0", "train.log_every=10"])
     with contextlib.redirect_stdout(io.StringIO()):
-        if run(config) != 0:
-            raise SystemExit("the bundled trainer's run failed")
+        train_run(spec, plan_for(spec, BATCH), out / "run")
 
 
 def _time_optimizer_steps() -> tuple[list[float], list[float]]:

@@ -12,6 +12,7 @@ paper``), linear-epoch warmup (LEGW), decay to a floor — and train with it::
     run.split.micro_batch, run.split.accumulation_steps      # how 8192 splits over 8 devices
     optimizer = optimizer_for(model, run)                    # DATE over the plan's base optimizer
     scheduler = scheduler_for(optimizer, run)                # step it once per optimizer step
+    summary = train_run(spec, run, "runs/mine")              # or date scale's trainer trains it
 
 Inside Hugging Face's Trainer or Lightning: :mod:`date_engine.integrations`. Importing this
 package does not import torch; the torch-based names load on first use.
@@ -27,9 +28,11 @@ __version__ = "0.9.0"
 # name -> module, imported on first access: `date +%s` (handed to the system's date) and `date
 # plan` (no torch) pay only for what they use
 _LAZY = {
-    **dict.fromkeys(("baseline", "plan_for"), "date_engine.api"),
+    "baseline": "date_engine.api",
+    "plan_for": "date_engine.planning",
     "optimizer_for": "date_engine.optim.build",
     "scheduler_for": "date_engine.schedule",
+    "train_run": "date_engine.train.launch",
     "NoiseScale": "date_engine.noise",
     **dict.fromkeys(("baseline_from_file", "baseline_from_hf", "baseline_from_timm"),
                     "date_engine.integrations.configs"),
@@ -46,7 +49,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # what the names are, for readers and type checkers
-    from date_engine.api import baseline, plan_for
+    from date_engine.api import baseline
     from date_engine.errors import DateError, PlanError, SpecError
     from date_engine.integrations.configs import (
         baseline_from_file,
@@ -57,10 +60,12 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from date_engine.optim import DATE, LAMB, LARS
     from date_engine.optim.build import optimizer_for
     from date_engine.plan import Derivation, OptimizerSettings, Phase, Plan
+    from date_engine.planning import plan_for
     from date_engine.runplan import BatchSplit, RunPlan
     from date_engine.schedule import scheduler_for
     from date_engine.shapes import Schedule
     from date_engine.spec import Spec, load_spec, parse_spec
+    from date_engine.train.launch import train_run
 
 
 def __getattr__(name: str) -> Any:
@@ -100,4 +105,5 @@ __all__ = [
     "parse_spec",
     "plan_for",
     "scheduler_for",
+    "train_run",
 ]

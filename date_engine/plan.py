@@ -21,7 +21,7 @@ and :meth:`Plan.lr` is the learning rate at optimizer step ``i`` (1-based), a cl
 Each derived number is recorded with its formula and inputs by the line that computes it
 (:class:`Derivation`), so what ``date plan`` shows cannot drift from what runs.
 
-:func:`~date_engine.runplan.resolve_plan` (runplan.py) calls it for every run, beside the batch's
+:func:`~date_engine.planning.plan_for` (planning.py) calls it for every run, beside the batch's
 split. Invalid plans (docs/algorithm.md §2, "Plans that are refused") raise
 :class:`~date_engine.errors.PlanError`.
 """

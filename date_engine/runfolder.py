@@ -225,17 +225,17 @@ class RunFolder:
 
     # ------------------------------------------------------------------ the run's record
 
-    def write_record(self, spec: dict[str, Any], config_json: str, run_plan: RunPlan) -> None:
+    def write_record(self, spec: dict[str, Any], config_json: str, run: RunPlan) -> None:
         """spec.yaml, config.json and plan.json: what the run was asked and what it trains with."""
         self.root.mkdir(parents=True, exist_ok=True)
         self.spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
         self.write_config(config_json)
-        self.write_plan(run_plan)
+        self.write_plan(run)
 
-    def write_plan(self, run_plan: RunPlan) -> None:
+    def write_plan(self, run: RunPlan) -> None:
         """plan.json; rewritten whole (a measured ramp's at each move up), never half-written."""
         temporary = self.plan_path.with_suffix(".json.tmp")
-        temporary.write_text(json.dumps(run_plan.to_dict(), indent=2))
+        temporary.write_text(json.dumps(run.to_dict(), indent=2))
         os.replace(temporary, self.plan_path)
 
     def write_config(self, config_json: str) -> Path:

@@ -1,12 +1,12 @@
 """A run's plan and the split of its batch: what ``date plan`` prints, ``date scale`` trains and
 every ``date sweep`` cell runs.
 
-:func:`resolve_plan` is the one place a run's plan and its :class:`BatchSplit` are decided: it calls
-:func:`~date_engine.plan.derive_plan` and splits the global batch into micro-batch × processes ×
-accumulation steps. The :class:`RunPlan` it returns answers every step-dependent question of a run
-(the split of a step's batch, the samples through a step, the stream each process reads, the last
-step), and :meth:`RunPlan.dry_run` steps the same plan with a tiny split, so the trainer has no
-dry-run branch in its step logic. Torch-free, like the plan.
+:func:`~date_engine.planning.plan_for` derives a run's plan and splits its global batch with
+:func:`split_batch` (micro-batch × processes × accumulation steps). The :class:`RunPlan` it returns
+answers every step-dependent question of a run (the split of a step's batch, the samples through a
+step, the stream each process reads, the last step), and :meth:`RunPlan.dry_run` steps the same plan
+with a tiny split, so the trainer has no dry-run branch in its step logic. Torch-free, like the
+plan.
 """
 
 from __future__ import annotations
@@ -17,21 +17,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from date_engine.catalog import entry, state_tensors, step_path
 from date_engine.errors import PlanError, named
-from date_engine.forecast import NoiseCurve
 from date_engine.plan import (
     BatchStage,
     Plan,
-    derive_plan,
     positive_int,
-    require_spec,
-    samples_per_epoch,
 )
-from date_engine.probe import Probe, baseline_identity
-from date_engine.ramp import Change
-from date_engine.spec import Spec
 
 if TYPE_CHECKING:  # recipes are passed in, never imported: the plan depends on no recipe
-    from date_engine.recipes import Recipe
+    pass
 
 __all__ = [
     "BatchSplit",
@@ -40,7 +33,6 @@ __all__ = [
     "halvings",
     "largest_divisor",
     "plan_of",
-    "resolve_plan",
     "split_batch",
     "stage_split",
 ]
@@ -335,56 +327,6 @@ def plan_of(run: Any, caller: str) -> Plan:
 
     expect(run, (RunPlan, Plan), f"{caller}: run", "a RunPlan (plan_for(...))")
     return run.plan if isinstance(run, RunPlan) else run
-
-
-def resolve_plan(
-    spec: Spec,
-    batch: int,
-    world_size: int = 1,
-    micro_batch: int | None = None,
-    recipe: Recipe | None = None,
-    dataset_size: int | None = None,
-    ramp_changes: tuple[Change, ...] = (),
-    noise_curve: NoiseCurve | None = None,
-) -> RunPlan:
-    """The plan and batch split a run of ``spec`` at global ``batch`` trains with.
-
-    n is ``baseline.dataset_size``, else the recipe's, else ``dataset_size`` (the training data's
-    length, known once a process has loaded it). With ``date.probe`` the probe.json it names is
-    read, checked to be of this baseline, and its noise curve forecasts. The micro-batch is
-    ``micro_batch`` (the command line), else ``train.micro_batch``, else the recipe's default
-    fitted to each process's share (the largest divisor of it not above the default), else the
-    whole share. ``ramp_changes``: the moves up a measured batch ramp the run made;
-    ``noise_curve``: the probe's curve the run's plan already holds (a move re-derives the plan
-    from it and reads no file).
-    """
-    require_spec(spec, "resolve_plan")
-    batch = positive_int(named("batch", "--batch"), batch)
-    if recipe is not None and recipe.dataset_size is not None:
-        n, source = recipe.dataset_size, f"recipe {recipe.name}"
-    else:
-        n, source = dataset_size, "the training data"
-    world_size = positive_int(named("devices", "--nproc"), world_size)
-    curve = noise_curve
-    if curve is None and spec.date.probe is not None:
-        samples, _ = samples_per_epoch(spec, n, source)
-        curve = Probe.read(spec.date.probe).matching(baseline_identity(spec, samples)).curve
-    plan = derive_plan(spec, batch, dataset_size=n, dataset_size_source=source,
-                       multiple_of=world_size, noise_curve=curve, ramp_changes=ramp_changes)
-    micro = micro_batch if micro_batch is not None else spec.train.micro_batch
-    if micro == "auto":  # the whole share until the run has tried what fits (train/fit.py)
-        micro = None
-    elif micro is None and recipe is not None and batch % world_size == 0:
-        share = batch // world_size
-        micro = largest_divisor(share, recipe.default_micro_batch)
-    if spec.train.parallel == "fsdp" and plan.ramp and plan.ramp_mode == "measured":
-        raise PlanError("train.parallel: fsdp does not measure the gradient noise scale that a "
-                        "measured ramp follows; set date.ramp: planned (the probe's schedule) or "
-                        "train.parallel: ddp.")
-    split = split_batch(batch, world_size, micro)
-    return RunPlan(plan, replace(split, parallel=spec.train.parallel))
-
-
 
 
 def halvings(share: int) -> list[int]:

@@ -322,12 +322,12 @@ class MemoryFit:
         return asdict(self)
 
 
-def fit_memory(bench: Bench, planned: RunPlan, device_bytes: float) -> MemoryFit:
+def fit_memory(bench: Bench, run: RunPlan, device_bytes: float) -> MemoryFit:
     """The largest of the halvings of a device's share of the batch (what ``train.micro_batch:
     auto`` tries) whose pass fits ``device_bytes``, from the bench's measured peaks."""
     from date_engine.runplan import halvings
 
-    split = planned.split
+    split = run.split
     if not bench.memory_points:
         raise DateError("--device-memory: this bench.json measured no memory (written before "
                         "0.9); run date bench again.")
@@ -481,25 +481,25 @@ class TimeForecast:
                 "speedup": self.speedup, "link": asdict(self.link)}
 
 
-def forecast(bench: Bench, planned: RunPlan, baseline_devices: int | None = None,
+def forecast(bench: Bench, run: RunPlan, baseline_devices: int | None = None,
              link: Link | None = None, precision: str = "fp32") -> TimeForecast:
-    """The time of ``planned`` (its split's devices) and of its baseline on ``baseline_devices``
+    """The time of ``run`` (its split's devices) and of its baseline on ``baseline_devices``
     (default: B0 / the run's micro-batch, the baseline's batch on devices as full as the run's),
     the baseline replicated as the run is (a sharded run's baseline sharded too); ``precision``
     the run's (a sharded bf16/fp16 run gathers half the bytes)."""
     from date_engine.runplan import largest_divisor, split_batch
 
-    plan, split = planned.plan, planned.split
+    plan, split = run.plan, run.split
     link = link or bench.link
     sharded = {"gather_bytes": bench.gradient_bytes // 2 if precision in ("bf16", "fp16")
-               else bench.gradient_bytes, "layer_norms": planned.sharding().layer_norms}
+               else bench.gradient_bytes, "layer_norms": run.sharding().layer_norms}
     total = overlap = 0.0
     step = 1
     while step <= plan.total_iterations:  # a ramp: each stage at its own split
         stage = plan.stage_at(step)
         last = stage.last_step if stage is not None else plan.total_iterations
         last = min(last, plan.total_iterations)
-        t = step_time(bench, planned.split_at(step), link, **sharded)
+        t = step_time(bench, run.split_at(step), link, **sharded)
         total += (last - step + 1) * t.no_overlap
         overlap += (last - step + 1) * t.overlap
         step = last + 1

@@ -41,12 +41,12 @@ def test_wrong_arguments_to_the_api_get_a_sentence():
     from date_engine import DATE, load_spec
     from date_engine.optim.build import build_optimizer
     from date_engine.plan import derive_plan
-    from date_engine.runplan import resolve_plan
+    from date_engine.planning import plan_for
 
     with pytest.raises(TypeError, match="derive_plan: spec must be a validated Spec.*got a dict"):
         derive_plan({"baseline": {}}, 8)
-    with pytest.raises(DateError, match="resolve_plan: spec must be a validated Spec"):
-        resolve_plan({"baseline": {}}, 8)
+    with pytest.raises(DateError, match="plan_for: spec must be a validated Spec"):
+        plan_for({"baseline": {}}, 8)
     with pytest.raises(TypeError, match="load_spec takes the path.*got NoneType"):
         load_spec(None)
     model = torch.nn.Linear(3, 3)
@@ -74,7 +74,7 @@ def test_wrong_arguments_to_the_api_get_a_sentence():
      "overrides must be a list of key=value strings .*, got 5."),
     (lambda run: plan_for("lenet-digits", 512, overrides="baseline.lr"),
      "expected key=value"),
-    (lambda run: plan_for(5, 512), "spec must be a Spec .*, got 5."),
+    (lambda run: plan_for(5, 512), "plan_for: spec must be a validated Spec .*, got 5."),
     (lambda run: plan_for("lenet-digits", 512, recipe=3),
      "plan_for: recipe must be a Recipe or a recipe's name, got 3."),
     (lambda run: plan_for("lenet-digits", "512"), "batch must be a positive whole number"),
@@ -128,12 +128,12 @@ def test_the_command_line_and_the_trainer_stay_within_their_bounds():
 
 def test_one_api_from_a_baseline_given_in_python_or_a_shipped_name():
     from date_engine import baseline, load_spec, plan_for
-    from date_engine.runplan import resolve_plan
+    from date_engine.plan import derive_plan
 
     spec = baseline(batch_size=256, lr=1e-3, warmup_epochs=0.25, epochs=10,
                     dataset_size=60_000, optimizer="adamw", weight_decay=0.01)
     run = plan_for(spec, batch=8192, devices=8, micro_batch=256)
-    assert run == resolve_plan(spec, 8192, 8, 256)
+    assert run.plan == derive_plan(spec, 8192)  # the plan's one derivation
     assert run.plan.warmup_epochs == 8 and run.plan.optimizer.options["weight_decay"] > 0.01
     assert (run.split.micro_batch, run.split.world_size, run.split.accumulation_steps) == \
         (256, 8, 4)

@@ -14,7 +14,7 @@ from date_engine.data.idx import check_labels
 from date_engine.errors import DataError
 from date_engine.optim.build import build_optimizer
 from date_engine.plan import derive_plan
-from date_engine.runplan import resolve_plan
+from date_engine.planning import plan_for
 from tests.bounds import close_within
 from tests.conftest import RECIPES
 
@@ -85,7 +85,7 @@ def test_lamb_refuses_float16_parameters():
 def test_numpy_integers_are_batches():
     spec = load_spec(RECIPES / "lenet-mnist.yaml")
     assert derive_plan(spec, np.int64(2048)) == derive_plan(spec, 2048)
-    assert resolve_plan(spec, np.int64(2048), np.int32(2)).split.micro_batch == 1024
+    assert plan_for(spec, np.int64(2048), devices=np.int32(2)).split.micro_batch == 1024
 
 
 def test_one_override_as_a_string():

@@ -157,10 +157,10 @@ def test_readmes_plan_excerpt_is_what_date_plan_prints():
 def test_quick_start_numbers_are_the_plans():
     """k, the peak LR's factor, the warmup and the steps the quick start quotes."""
     from date_engine import load_spec
-    from date_engine.runplan import resolve_plan
+    from date_engine.planning import plan_for
 
     spec = load_spec(ROOT / "recipes" / "lenet-digits.yaml")
-    big, base = resolve_plan(spec, 256).plan, resolve_plan(spec, 16).plan
+    big, base = plan_for(spec, 256).plan, plan_for(spec, 16).plan
     section = " ".join(_section(README, "## Install and quick start").split())
     assert (f"k = 16: peak LR ×{big.peak_lr / spec.baseline.lr:g}, warmup {base.warmup_epochs:g} "
             f"→ {big.warmup_epochs:g} epochs, {base.total_iterations:,} → "
@@ -356,11 +356,27 @@ def test_every_import_follows_the_flow_architecture_md_allows():
     assert not sorted((a, b) for a, b in edges if (b, a) in edges and a < b)
 
 
+def test_the_package_imports_neither_the_benchmarks_nor_the_studies():
+    """date_engine imports nothing from benchmarks/ or lab/, and the benchmarks a user runs import
+    nothing from the studies: each room stands on the package alone."""
+    import ast
+
+    wrong = []
+    for room, banned in (("date_engine", ("benchmarks", "lab")), ("benchmarks", ("lab",))):
+        for path in (ROOT / room).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                    [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                wrong += [f"{path.relative_to(ROOT)}:{node.lineno} imports {name}"
+                          for name in names if name.split(".")[0] in banned]
+    assert not wrong, wrong
+
+
 # ------------------------------------------------------------------ results tables, from data
 
 
 def test_every_generated_table_is_what_its_data_gives():
-    from benchmarks.results_tables import FILES, TABLES, stale
+    from lab.results_tables import FILES, TABLES, stale
 
     assert not stale()
     names = {m for f in FILES for m in re.findall(r"<!-- generated: ([\w-]+) -->",
@@ -372,7 +388,7 @@ def test_a_number_edited_by_hand_in_a_generated_table_fails(tmp_path):
     """The check sees one digit changed in a generated table, and not in the prose around it."""
     import shutil
 
-    from benchmarks.results_tables import FILES, stale
+    from lab.results_tables import FILES, stale
 
     for name in FILES:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -390,7 +406,7 @@ def test_a_number_edited_by_hand_in_a_generated_table_fails(tmp_path):
 def test_stored_sweeps_recompute_what_the_sweep_reported():
     """A stored sweep's summary is rebuilt with date sweep's own code: the verdict sentence it
     printed (kept in its settings' command's report) follows from its cells."""
-    from benchmarks.results_data import group, sweep, sweep_rows
+    from lab.results_data import group, sweep, sweep_rows
 
     header, cells = sweep_rows("lenet-mnist-rules")
     assert header["settings"]["command"].startswith("date sweep recipes/lenet-mnist.yaml")
@@ -405,17 +421,17 @@ def test_the_forecasts_quoted_misses_are_the_studies():
     """The constants `date plan`'s how-sure line quotes are recomputed from the stored probes and
     sweeps: the worst held-out miss of B_hold's constant, its miss where no larger batch held,
     and each steps-limited study's miss."""
-    from benchmarks.holdout import (
-        NOTHING_HELD,
-        leave_one_out,
-        lr_check_studies,
-        three_seed_studies,
-    )
     from date_engine.forecast import (
         HELD_OUT_MISS,
         HOLDING_FACTOR,
         PLATEAU_MISS,
         STEPS_LIMITED_MISSES,
+    )
+    from lab.holdout import (
+        NOTHING_HELD,
+        leave_one_out,
+        lr_check_studies,
+        three_seed_studies,
     )
 
     worst = max(row.miss for rows in (leave_one_out(), leave_one_out(three_seed_studies()))
@@ -433,8 +449,8 @@ def test_the_forecasts_quoted_misses_are_the_studies():
 def test_the_transformer_recipes_quote_their_studies():
     """vit-mnist's and bert-mlm's headers quote the default rule with their probes: vit-mnist at
     32× over eight seeds and its ramp, bert-mlm's ramp."""
-    from benchmarks.results_data import group, seed_metrics, sweep
-    from benchmarks.results_tables import EXPONENT, delta
+    from lab.results_data import group, seed_metrics, sweep
+    from lab.results_tables import EXPONENT, delta
 
     recipes = ROOT / "date_engine" / "recipes" / "specs"
     vit = " ".join((recipes / "vit-mnist.yaml").read_text().replace("#", " ").split())
@@ -469,7 +485,7 @@ def test_the_changelogs_newest_release_is_the_version_pyproject_carries():
 def test_without_a_probe_the_default_is_at_most_half_a_point_behind_the_papers_rule():
     """0.8's bound for taking √k without a probe, recomputed from the stored cells of the rules
     table, and the worst cell as results.md quotes it."""
-    from benchmarks.results_tables import worst_default_against_paper
+    from lab.results_tables import worst_default_against_paper
 
     worst, where = worst_default_against_paper()
     assert worst <= 0.5, where
@@ -481,7 +497,7 @@ def test_the_noise_scale_caps_decision_is_what_its_cells_give():
     """The criterion written before the cap's cells ran, applied to the stored cells: adopted
     only if no cell falls below the uncapped one by more than the seeds' spread and one or more
     rise above it by more than that; results.md states the decision the data gives."""
-    from benchmarks.results_tables import cap_cells, cap_decision
+    from lab.results_tables import cap_cells, cap_decision
 
     rows = cap_cells()
     assert len(rows) == 6
@@ -495,7 +511,7 @@ def test_the_noise_scale_caps_decision_is_what_its_cells_give():
     assert ("By the criterion: adopted." in text) == adopt
     assert ("not adopted; the plan keeps no cap" in text) == (not adopt)
     # the second criterion, on baselines whose check passes: no cell below by more than the spread
-    from benchmarks.results_tables import CAP_WHERE_ROOM, cap_where_room_decision
+    from lab.results_tables import CAP_WHERE_ROOM, cap_where_room_decision
 
     room = cap_cells(CAP_WHERE_ROOM)
     extend = all((d1 - d0) >= -spread for *_, d0, d1, spread in room)
@@ -505,7 +521,7 @@ def test_the_noise_scale_caps_decision_is_what_its_cells_give():
     from date_engine.spec import DateSpec
 
     assert DateSpec().lr_cap == ("noise" if extend else "auto" if adopt else "none")
-    from benchmarks.results_tables import CAP_RAMP, cap_in_ramps_decision
+    from lab.results_tables import CAP_RAMP, cap_in_ramps_decision
 
     ramps = cap_cells(CAP_RAMP)
     assert cap_in_ramps_decision() == all((d1 - d0) >= -s for *_, d0, d1, s in ramps)
@@ -538,10 +554,10 @@ def test_every_install_command_shown_works_from_a_clone():
 
 def test_every_figure_is_drawn_from_the_data_as_it_stands():
     """Each SVG under docs/results/figures is the one drawn from the numbers its data gives now
-    (benchmarks/results_figures.py records both): a figure left stale by new data, or edited by
+    (lab/results_figures.py records both): a figure left stale by new data, or edited by
     hand, fails. Each is shown in the docs."""
-    from benchmarks.results_figures import FIGS, stale
+    from lab.results_figures import FIGS, stale
 
-    assert stale() == [], "run python -m benchmarks.results_figures"
+    assert stale() == [], "run python -m lab.results_figures"
     pages = "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
     assert all(f"results/figures/{name}.svg" in pages for name in FIGS)

@@ -13,9 +13,10 @@ from date_engine.cli import app
 from date_engine.errors import PlanError
 from date_engine.forecast import NoiseCurve
 from date_engine.optim.build import build_optimizer
+from date_engine.planning import plan_for
 from date_engine.recipes import get_recipe
 from date_engine.runfolder import RunFolder
-from date_engine.runplan import BatchSplit, Sharding, resolve_plan
+from date_engine.runplan import BatchSplit, Sharding
 from date_engine.spec import parse_spec
 from date_engine.train import checkpoint as ckpt
 from date_engine.train.runtime import Runtime, shard_units
@@ -65,11 +66,11 @@ def test_sharding_counts_the_bytes_each_process_holds():
 
 
 def test_the_split_names_fsdp_and_old_plans_read_as_ddp():
-    planned = resolve_plan(_spec(), 64, world_size=2)
+    planned = plan_for(_spec(), 64, devices=2)
     assert planned.split.parallel == "fsdp"
     assert planned.to_dict()["parallel"] == "fsdp"
     assert planned.dry_run().step_split.parallel == "fsdp"
-    ddp = resolve_plan(_spec("ddp"), 64, world_size=2)
+    ddp = plan_for(_spec("ddp"), 64, devices=2)
     assert "parallel" not in ddp.to_dict()  # plans written before fsdp existed still compare
     assert BatchSplit.from_dict({"micro_batch": 8, "world_size": 2,
                                  "accumulation_steps": 4}).parallel == "ddp"
@@ -80,8 +81,8 @@ def test_the_split_names_fsdp_and_old_plans_read_as_ddp():
 def test_a_measured_ramp_is_refused_under_fsdp():
     rising = NoiseCurve(a=500.0, beta=1.0, first=0.1, last=1.0)
     with pytest.raises(PlanError, match="date.ramp: planned"):
-        resolve_plan(_spec(budget="ramp"), 256, noise_curve=rising)
-    planned = resolve_plan(_spec(budget="ramp", ramp="planned"), 256, noise_curve=rising)
+        plan_for(_spec(budget="ramp"), 256, noise_curve=rising)
+    planned = plan_for(_spec(budget="ramp", ramp="planned"), 256, noise_curve=rising)
     assert planned.plan.ramp
 
 
@@ -102,8 +103,8 @@ def test_date_plan_shows_the_bytes_per_process():
 
 
 def test_a_checkpoint_of_the_other_parallel_kind_is_named():
-    planned = resolve_plan(_spec(), 64).to_dict()
-    other = resolve_plan(_spec("ddp"), 64).to_dict()
+    planned = plan_for(_spec(), 64).to_dict()
+    other = plan_for(_spec("ddp"), 64).to_dict()
     reason = ckpt.describe_mismatch(other, planned, "f", "f")
     assert reason == "it was written by a train.parallel: ddp run, not fsdp"
 
@@ -121,7 +122,7 @@ class _Log:
 def _trained(seed: int):
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
-    planned = resolve_plan(_spec(), 64)
+    planned = plan_for(_spec(), 64)
     optimizer = build_optimizer(model.named_parameters(), planned.plan.optimizer, 1e-2)
     for _ in range(2):
         model(torch.randn(8, 5)).square().mean().backward()

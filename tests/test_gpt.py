@@ -151,9 +151,9 @@ def test_a_sweep_forecasts_a_batch_its_spec_refuses_from_the_hold_plan(stored_pr
     budget), the one `date plan --budget hold` prints."""
     from date_engine.errors import PlanError
     from date_engine.forecast import forecast
+    from date_engine.planning import plan_for
     from date_engine.probe import Probe
     from date_engine.recipes import get_recipe
-    from date_engine.runplan import resolve_plan
     from date_engine.spec import load_spec
     from date_engine.sweep import sweep_forecast
 
@@ -161,7 +161,7 @@ def test_a_sweep_forecasts_a_batch_its_spec_refuses_from_the_hold_plan(stored_pr
     spec = load_spec(RECIPES / "gpt-char.yaml", [f"date.probe={path}"])
     recipe = get_recipe("gpt-char")
     with pytest.raises(PlanError, match="LEGW fits up to batch"):
-        resolve_plan(spec, 384, 1, recipe=recipe)
+        plan_for(spec, 384, devices=1, recipe=recipe)
     rows = sweep_forecast(spec, [96, 384], 1, recipe)["batches"]
     probe, base = Probe.read(path), spec.baseline
     e0 = base.iterations * base.batch_size / base.dataset_size

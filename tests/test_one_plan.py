@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from date_engine import PlanError, load_spec
 from date_engine.cli import app
+from date_engine.planning import plan_for
 from date_engine.recipes import get_recipe
-from date_engine.runplan import resolve_plan
 from date_engine.sweep import SweepOptions, Tolerance, parse_schemes, plan_sweep
 from date_engine.sweep.runner import prepare_cell
 from tests.conftest import RECIPES
@@ -44,12 +44,12 @@ def largest_batch(path, nproc: int) -> int:
     """The largest batch the recipe's plan accepts on ``nproc`` processes."""
     spec = load_spec(path)
     recipe = get_recipe(spec.recipe)
-    plan = resolve_plan(spec, spec.baseline.batch_size, recipe=recipe).plan
+    plan = plan_for(spec, spec.baseline.batch_size, recipe=recipe).plan
     batch = min(plan.dataset_size, plan.max_legw_batch or plan.dataset_size)
     batch -= batch % nproc
     while True:
         try:
-            resolve_plan(spec, batch, nproc, recipe=recipe)
+            plan_for(spec, batch, devices=nproc, recipe=recipe)
             return batch
         except PlanError:
             batch -= nproc
@@ -82,7 +82,7 @@ def test_plan_and_sweep_cells_agree(path, nproc, tmp_path):
             if batch != spec.baseline.batch_size
             else cells[0]
         )
-        planned = cell.run_plan.to_dict()
+        planned = cell.run.to_dict()
         # the cell's `date scale` reads its cell.yaml: `date plan` of that file is the cell's plan
         folder = prepare_cell(tmp_path / f"B{batch}", cell)
         assert plan_json(folder.cell_spec_path, "--batch", batch, "--nproc", nproc) == planned

@@ -19,9 +19,9 @@ from date_engine.probe import (
     probe_points,
     second_half_loss,
 )
+from date_engine.recipes import get_recipe
 from date_engine.runfolder import RunFolder
 from date_engine.runplan import RunPlan
-from date_engine.recipes import get_recipe
 from date_engine.spec import parse_spec, spec_with
 from tests.bounds import float64_formula
 from tests.runs import SHORT, SPEC, date

@@ -250,15 +250,15 @@ def test_a_measured_plan_is_the_plan_of_its_moves():
 
 
 def test_a_move_rederives_the_plan_from_the_curve_it_holds(tmp_path):
-    """What the trainer does at a measured ramp's move: resolve_plan with the moves and the
+    """What the trainer does at a measured ramp's move: plan_for with the moves and the
     curve its plan holds, reading no probe.json (one moved away during a long run broke the
     first move), to the same plan as derive_plan's; the follower climbs the same ladder."""
+    from date_engine.planning import plan_for
     from date_engine.ramp import Follower
-    from date_engine.runplan import resolve_plan
 
     spec = _spec(probe=str(tmp_path / "gone" / "probe.json"))  # no such file
     changes = (Change(60, 1024, 1100.0),)
-    moved = resolve_plan(spec, 4096, ramp_changes=changes, noise_curve=RISING)
+    moved = plan_for(spec, 4096, ramp_changes=changes, noise_curve=RISING)
     assert moved.plan == derive_plan(spec, 4096, noise_curve=RISING, ramp_changes=changes)
 
     class Noise:

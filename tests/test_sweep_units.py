@@ -11,8 +11,8 @@ import pytest
 
 from date_engine.catalog import CATALOG
 from date_engine.errors import DateError
+from date_engine.planning import plan_for
 from date_engine.runfolder import RunFolder, RunSummary
-from date_engine.runplan import resolve_plan
 from date_engine.spec import parse_spec
 from date_engine.sweep import (
     SCHEMES,
@@ -78,47 +78,47 @@ def test_each_scheme_derives_its_own_schedule():
     cells = {c.cell.name: c for c in cells_of(BASE, "256")}  # k = 16
     base = cells["baseline-B16-s0"]
     assert (
-        base.spec["date"]["layer_ratio"] == {"mode": "off"} and base.run_plan.plan.peak_lr == 1e-3
+        base.spec["date"]["layer_ratio"] == {"mode": "off"} and base.run.plan.peak_lr == 1e-3
     )
 
     date = cells["date-B256-s0"]  # RMSprop's rule: k^p, α^k, ε/√k
     p = CATALOG["rmsprop"].batch_rule.lr_exponent
-    assert date.run_plan.plan.peak_lr == pytest.approx(16**p * 1e-3)
-    assert date.run_plan.plan.warmup_epochs == pytest.approx(4.0)
-    assert date.run_plan.plan.optimizer.options["alpha"] == pytest.approx(0.9**16)
-    assert date.run_plan.plan.optimizer.options["eps"] == pytest.approx(1e-8 / 4)
+    assert date.run.plan.peak_lr == pytest.approx(16**p * 1e-3)
+    assert date.run.plan.warmup_epochs == pytest.approx(4.0)
+    assert date.run.plan.optimizer.options["alpha"] == pytest.approx(0.9**16)
+    assert date.run.plan.optimizer.options["eps"] == pytest.approx(1e-8 / 4)
     assert date.spec["date"]["layer_ratio"] == {"mode": "dynamic", "gamma": 4.0}  # the spec's own
 
     paper = cells["paper-B256-s0"]  # as printed: √k, the optimizer unchanged
-    assert paper.run_plan.plan.peak_lr == pytest.approx(4e-3)
-    assert paper.run_plan.plan.optimizer.options["alpha"] == 0.9
+    assert paper.run.plan.peak_lr == pytest.approx(4e-3)
+    assert paper.run.plan.optimizer.options["alpha"] == 0.9
     assert paper.spec["date"]["layer_ratio"] == {"mode": "dynamic", "gamma": 4.0}
 
     linear = cells["linear-B256-s0"]
     assert (
-        linear.run_plan.plan.peak_lr == pytest.approx(16e-3)
-        and linear.run_plan.plan.warmup_epochs == 0.25
+        linear.run.plan.peak_lr == pytest.approx(16e-3)
+        and linear.run.plan.warmup_epochs == 0.25
     )
     assert linear.spec["date"]["layer_ratio"] == {"mode": "off"}  # gamma went with the mode
     assert linear.spec["baseline"]["optimizer"] == BASE["baseline"]["optimizer"]
 
     none = cells["none-B256-s0"]
-    assert none.run_plan.plan.peak_lr == 1e-3 and none.run_plan.plan.warmup_epochs == 0.25
+    assert none.run.plan.peak_lr == 1e-3 and none.run.plan.warmup_epochs == 0.25
 
     for name in ("lars", "lamb", "adam"):
         grid = cells[f"{name}-B256-lr0.01-s0"]
         assert grid.spec["baseline"]["optimizer"] == {"name": name}  # at the catalog's defaults
         assert (
-            grid.run_plan.plan.peak_lr == 1e-2
-            and grid.run_plan.plan.warmup_epochs == pytest.approx(4.0)
+            grid.run.plan.peak_lr == 1e-2
+            and grid.run.plan.warmup_epochs == pytest.approx(4.0)
         )
         assert grid.spec["date"]["layer_ratio"] == {"mode": "off"}
     # every scheme keeps the baseline's epochs: same samples, k times fewer steps
-    assert {c.run_plan.plan.total_epochs for c in cells.values()} == {
-        base.run_plan.plan.total_epochs
+    assert {c.run.plan.total_epochs for c in cells.values()} == {
+        base.run.plan.total_epochs
     }
-    assert date.run_plan.plan.total_iterations == math.ceil(
-        base.run_plan.plan.total_iterations / 16
+    assert date.run.plan.total_iterations == math.ceil(
+        base.run.plan.total_iterations / 16
     )
 
 
@@ -141,7 +141,7 @@ def test_cells_cover_seeds_grid_and_skip_the_baseline_batch():
     assert len(names) == len(set(names)) == 2 + 2 * 2 * (1 + 3)  # batch 16 is the baseline only
     assert all(c.spec["train"]["seed"] == c.cell.seed for c in cells)
     for c in cells:
-        assert c.spec["train"]["eval_every"] == math.ceil(c.run_plan.plan.total_iterations / 10)
+        assert c.spec["train"]["eval_every"] == math.ceil(c.run.plan.total_iterations / 10)
 
 
 def test_a_batch_legw_cannot_reach_names_the_cell():
@@ -218,7 +218,7 @@ def test_grid_keeps_the_best_mean_lr():
 def test_read_cell_follows_a_run_folder(tmp_path):
     cell = Cell("date", 64, 0)
     assert read_cell(cell, tmp_path, "accuracy").status == "pending"
-    planned = resolve_plan(parse_spec(BASE), 64)
+    planned = plan_for(parse_spec(BASE), 64)
     (tmp_path / "plan.json").write_text(json.dumps(planned.to_dict()))
     (tmp_path / "metrics.jsonl").write_text(
         '{"step": 10, "epoch": 1.3, "lr": 0.002, "loss": 1.5, "time_s": 2.0}\n'
@@ -392,7 +392,7 @@ def test_the_live_table_and_the_plain_lines_follow_the_cells():
         pass
     for c in cells:
         assert c.cell.name in screen.getvalue()
-        assert f"0/{c.run_plan.plan.total_iterations}" in screen.getvalue()
+        assert f"0/{c.run.plan.total_iterations}" in screen.getvalue()
     log = io.StringIO()
     plain = SweepProgress(Console(file=log, force_terminal=False, width=120), cells, results)
     results[cells[-1].cell] = CellResult(cells[-1].cell, "done", metric=91.5, steps=40)
@@ -414,7 +414,7 @@ def test_grid_set_reaches_the_tuned_optimizer_only():
     cells = plan_sweep(parse_spec(BASE), options)
     by_scheme = {c.cell.scheme: c for c in cells}
     assert by_scheme["lamb"].spec["baseline"]["optimizer"]["phi_bounds"] == [1, 10]
-    assert by_scheme["lamb"].run_plan.plan.optimizer.options["phi_bounds"] == (1.0, 10.0)
+    assert by_scheme["lamb"].run.plan.optimizer.options["phi_bounds"] == (1.0, 10.0)
     for name in ("date", "baseline"):
         assert "phi_bounds" not in by_scheme[name].spec["baseline"]["optimizer"]
     with pytest.raises(DateError, match="adam-B64.*'phi_bounds' is not an option of the adam"):
@@ -435,7 +435,7 @@ def test_the_report_puts_each_cells_forecast_time_beside_the_measured(tmp_path):
     _bench().write(bench)
     timed = sweep_time_forecast(bench, cells, "lenet-digits")
     for planned in cells:
-        assert timed["cells"][planned.cell.name] == forecast(_bench(), planned.run_plan).run_seconds
+        assert timed["cells"][planned.cell.name] == forecast(_bench(), planned.run).run_seconds
     results = []
     for planned in cells:
         r = result(planned.cell.scheme, planned.cell.batch, planned.cell.seed, 90.0,
@@ -584,7 +584,7 @@ def test_a_sweeps_probe_reaches_every_cell_of_the_default_rule(tmp_path):
         options = SweepOptions(batches=[128], schemes=parse_schemes("date,paper"), repeats=1,
                                probe=probe_path)
         cells = plan_sweep(parse_spec(BASE), options)
-        return {c.cell.scheme: (c.spec["date"].get("probe"), c.run_plan.plan.lr_exponent)
+        return {c.cell.scheme: (c.spec["date"].get("probe"), c.run.plan.lr_exponent)
                 for c in cells if c.cell.scheme != "baseline"}
 
     path = str(tmp_path / "probe.json")

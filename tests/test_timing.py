@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from date_engine.cli import app
 from date_engine.errors import DateError
-from date_engine.runplan import BatchSplit, resolve_plan
+from date_engine.planning import plan_for
+from date_engine.runplan import BatchSplit
 from date_engine.timing import (
     Bench,
     Link,
@@ -219,7 +220,7 @@ def test_a_sharded_plan_forecasts_the_sharded_step(tmp_path):
                                 "--json").stdout)
     spec = _digits()
     spec = spec.model_copy(update={"train": spec.train.model_copy(update={"parallel": "fsdp"})})
-    planned = resolve_plan(spec, 256, world_size=16)
+    planned = plan_for(spec, 256, devices=16)
     assert planned.split.sharded
     expected = forecast(_bench(), planned)
     assert document["time"]["parallel"] == "fsdp"
@@ -238,7 +239,7 @@ def _digits():
 
 def test_the_run_the_baseline_and_the_speedup():
     bench = _bench()
-    planned = resolve_plan(_digits(), 256, world_size=16, micro_batch=16)
+    planned = plan_for(_digits(), 256, devices=16, micro_batch=16)
     time = forecast(bench, planned)
     per_step = step_time(bench, planned.split).no_overlap
     assert time.run_seconds == pytest.approx(planned.plan.total_iterations * per_step)
@@ -252,7 +253,7 @@ def test_the_run_the_baseline_and_the_speedup():
 def test_a_ramp_costs_each_stage_at_its_own_split():
     from tests.test_ramp import RISING, _spec
 
-    planned = resolve_plan(_spec(ramp="planned"), 4096, world_size=8, noise_curve=RISING)
+    planned = plan_for(_spec(ramp="planned"), 4096, devices=8, noise_curve=RISING)
     assert len({st.batch for st in planned.plan.ramp}) > 1
     bench = _bench(recipe="lenet-mnist")
     naive = sum(step_time(bench, planned.split_at(s)).no_overlap
@@ -310,7 +311,7 @@ def test_the_plan_forecasts_the_time_on_n_devices(tmp_path):
     assert shown.exit_code == 0, shown.output
     assert "Time on 16 devices (a forecast)" in shown.stdout and "speedup" in shown.stdout
     document = json.loads(_plan("--devices", 16, "--bench", path, "--json").stdout)
-    planned = resolve_plan(_digits(), 256, world_size=16)
+    planned = plan_for(_digits(), 256, devices=16)
     expected = forecast(_bench(), planned)
     assert document["time"]["step_seconds"] == pytest.approx(expected.step.no_overlap)
     assert document["time"]["speedup"] == pytest.approx(expected.speedup)
@@ -426,12 +427,12 @@ def test_the_largest_micro_batch_that_fits_a_device():
     assert bench.memory_bytes(32) == pytest.approx(GiB + 320 * 2**20)  # between: measured line
     assert bench.memory_bytes(256) == pytest.approx(GiB + 2560 * 2**20)  # beyond: the fit
     spec = _digits()
-    run = resolve_plan(spec, 512, 2, None)  # 256 a device
+    run = plan_for(spec, 512, devices=2, micro_batch=None)  # 256 a device
     fit = fit_memory(bench, run, parse_memory("2GiB"))  # 1 GiB left: 102 samples
     assert (fit.micro_batch, fit.accumulation_steps) == (64, 4)
     assert fit.need_bytes == pytest.approx(GiB + 640 * 2**20)
     spec = spec.model_copy(update={"train": spec.train.model_copy(update={"parallel": "fsdp"})})
-    sharded = resolve_plan(spec, 512, 2, None)
+    sharded = plan_for(spec, 512, devices=2, micro_batch=None)
     fit = fit_memory(bench, sharded, parse_memory("2GiB"))  # half of 1 GiB held: 153 samples
     assert (fit.micro_batch, fit.accumulation_steps) == (128, 2)
     none = fit_memory(bench, run, parse_memory("1GB"))

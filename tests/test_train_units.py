@@ -344,12 +344,12 @@ def test_the_summary_says_what_its_wall_time_covers():
     from rich.console import Console
 
     from date_engine import load_spec
+    from date_engine.planning import plan_for
     from date_engine.runfolder import RunSummary
-    from date_engine.runplan import resolve_plan
     from date_engine.view.progress import render_summary
     from tests.conftest import RECIPES
 
-    planned = resolve_plan(load_spec(RECIPES / "lenet-digits.yaml"), 256)
+    planned = plan_for(load_spec(RECIPES / "lenet-digits.yaml"), 256)
     summary = RunSummary("lenet-digits", 337, 337, None, "accuracy", 0.96, 7.5, 12000.0, None,
                          planned.to_dict())
     console = Console(width=200, record=True)

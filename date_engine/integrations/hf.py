@@ -301,9 +301,9 @@ class DateProbe(transformers.TrainerCallback):
                        **kwargs: Any) -> None:
         from accelerate.state import GradientState
 
-        from date_engine.api import plan_for
         from date_engine.integrations.configs import baseline_from_hf
         from date_engine.integrations.probing import InRunProbe
+        from date_engine.planning import plan_for
 
         if getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
             raise DateError("DateProbe measures whole gradients, which FSDP and DeepSpeed shard; "

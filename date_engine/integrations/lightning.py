@@ -106,8 +106,8 @@ class DateProbe(L.pytorch.Callback):
         """The probe written, None before the end or where too few steps were measured."""
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        from date_engine.api import plan_for
         from date_engine.integrations.probing import InRunProbe
+        from date_engine.planning import plan_for
 
         per_device = getattr(trainer.train_dataloader, "batch_size", None)
         n, world = trainer.accumulate_grad_batches, trainer.world_size

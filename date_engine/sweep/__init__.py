@@ -223,8 +223,8 @@ def sweep_time_forecast(bench_path: Path, cells: list[PlannedCell], recipe: str)
     from date_engine.timing import Bench, forecast
 
     bench = Bench.read(bench_path)
-    bench.check(bench_path, recipe, max(p.run_plan.split.world_size for p in cells), None)
-    seconds = {p.cell.name: forecast(bench, p.run_plan, precision=p.spec.get("train", {}).get(
+    bench.check(bench_path, recipe, max(p.run.split.world_size for p in cells), None)
+    seconds = {p.cell.name: forecast(bench, p.run, precision=p.spec.get("train", {}).get(
         "precision", "fp32")).run_seconds for p in cells}
     return {"bench": str(bench_path), "machine": bench.machine, "cells": seconds}
 
@@ -235,20 +235,20 @@ def sweep_forecast(spec: Spec, batches: list[int], nproc: int, recipe: Recipe) -
     forecast does not depend on the budget: a batch the spec's own budget refuses (LEGW's warmup
     outlasting the baseline's epochs) takes it from the plan of budget hold, which a sweep of
     ``--budgets hold`` trains."""
-    from date_engine.runplan import resolve_plan
+    from date_engine.planning import plan_for
     from date_engine.spec import parse_spec
 
     held = None
     rows = []
     for batch in batches:
         try:
-            ahead = resolve_plan(spec, batch, nproc, recipe=recipe).plan.forecast
+            ahead = plan_for(spec, batch, devices=nproc, recipe=recipe).plan.forecast
         except PlanError:
             if held is None:
                 raw = spec.model_dump(mode="json", exclude_none=True)
                 raw.setdefault("date", {})["budget"] = "hold"
                 held = parse_spec(raw, source="the sweep's forecast")
-            ahead = resolve_plan(held, batch, nproc, recipe=recipe).plan.forecast
+            ahead = plan_for(held, batch, devices=nproc, recipe=recipe).plan.forecast
         rows.append({"batch": batch, "factor": ahead.factor, "epochs": ahead.epochs,
                      "steps": ahead.steps, "holding_batch": ahead.holding_batch,
                      "expected": "loses" if ahead.loses_at_same_epochs else "holds"})

@@ -13,8 +13,9 @@ from typing import Any
 
 from date_engine.checks import parse_size
 from date_engine.errors import DateError, PlanError
+from date_engine.planning import plan_for
 from date_engine.recipes import Recipe
-from date_engine.runplan import RunPlan, resolve_plan
+from date_engine.runplan import RunPlan
 from date_engine.spec import DateSpec, Spec, parse_spec
 from date_engine.sweep.schemes import BASELINE, BUDGETS, Scheme, baseline, budget_label
 
@@ -45,8 +46,8 @@ class PlannedCell:
     cell: Cell
     spec: dict[str, Any]
     """The cell's spec as a plain mapping, as written to its folder."""
-    run_plan: RunPlan
-    """What the cell's ``date scale`` trains with (the same :func:`resolve_plan`)."""
+    run: RunPlan
+    """What the cell's ``date scale`` trains with (the same :func:`plan_for`)."""
 
 
 def parse_batches(text: str) -> list[int]:
@@ -144,17 +145,17 @@ def build_cells(
                 date.pop(key, None)
         cell_spec = parse_spec(cell_raw, source=f"sweep cell {cell.name}")
         try:
-            run_plan = resolve_plan(cell_spec, cell.batch, world_size, recipe=recipe)
+            run = plan_for(cell_spec, cell.batch, devices=world_size, recipe=recipe)
         except PlanError as exc:
             raise DateError(f"cell {cell.name} ({_what(cell)}): {exc}") from None
-        plan = run_plan.plan
+        plan = run.plan
         steps = plan.total_iterations
         if plan.ramp and plan.ramp_mode == "measured":
             steps = math.ceil(plan.total_epochs * plan.dataset_size / plan.target_batch)
         train = cell_raw["train"]
         train["eval_every"] = max(1, math.ceil(steps / max(evals, 1)))
         train["log_every"] = max(1, round(steps / LOG_LINES))
-        planned.append(PlannedCell(cell, cell_raw, run_plan))
+        planned.append(PlannedCell(cell, cell_raw, run))
     return planned
 
 

@@ -130,14 +130,14 @@ class CellResult:
 
 def read_cell(cell: Cell, folder: Path, metric_name: str) -> CellResult:
     """What ``folder`` (a cell's run folder) says about the cell, however far it got."""
-    run = RunFolder(folder)
+    files = RunFolder(folder)
     result = CellResult(cell, "pending")
-    run_plan = run.read_plan()
-    if run_plan is not None:
-        plan = run_plan.plan
+    run = files.read_plan()
+    if run is not None:
+        plan = run.plan
         result.total_steps, result.epochs = plan.total_iterations, plan.total_epochs
         result.peak_lr, result.warmup_epochs = plan.peak_lr, plan.warmup_epochs
-    for record in run.read_metrics():
+    for record in files.read_metrics():
         if "eval" in record:
             value = record["eval"].get(metric_name)
             result.evals.append((record["step"], record.get("time_s"), value))
@@ -145,8 +145,8 @@ def read_cell(cell: Cell, folder: Path, metric_name: str) -> CellResult:
             result.losses.append((record["epoch"], record["loss"]))
             result.steps = max(result.steps, record["step"])
             result.train_s = record.get("time_s", result.train_s)
-    summary = run.read_summary()
-    if run.read_failure() is not None:
+    summary = files.read_summary()
+    if files.read_failure() is not None:
         result.status = "diverged"
     elif summary is not None and summary.finished:
         result.status = "done"
@@ -154,7 +154,7 @@ def read_cell(cell: Cell, folder: Path, metric_name: str) -> CellResult:
         result.wall_s, result.samples_per_s = summary.wall_time_s, summary.samples_per_s
         if result.evals and result.evals[-1][1] is not None:
             result.train_s = result.evals[-1][1]
-    elif run.checkpoints():
+    elif files.checkpoints():
         result.status = "partial"
     return result
 

@@ -41,8 +41,8 @@ import torch.distributed as dist
 from date_engine.errors import DateError
 from date_engine.machine import choose_threads, describe
 from date_engine.optim.build import build_optimizer, state_bytes
+from date_engine.planning import plan_for
 from date_engine.recipes import DataOptions, get_recipe
-from date_engine.runplan import resolve_plan
 from date_engine.schedule import set_lr
 from date_engine.spec import parse_spec
 from date_engine.timing import (
@@ -158,8 +158,8 @@ class _Built:
         options = recipe.parse_options(spec.model)
         data = recipe.load_data(DataOptions(data_dir=spec.train.data_dir, seed=spec.train.seed),
                                 options, dry_run=True)
-        plan = resolve_plan(spec, spec.baseline.batch_size, recipe=recipe,
-                            dataset_size=len(data.train)).plan
+        plan = plan_for(spec, spec.baseline.batch_size, recipe=recipe,
+                        dataset_size=len(data.train)).plan
         torch.manual_seed(spec.train.seed)
         model = recipe.build_model(options).to(rt.device)
         return cls(recipe, data, plan, model,

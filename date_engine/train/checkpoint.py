@@ -438,17 +438,17 @@ class NonFiniteState(Exception):
     written): no checkpoint may promise a state training cannot go on from."""
 
 
-def save_run(rt, folder: RunFolder, step: int, planned, model, optimizer, scaler, noise,
+def save_run(rt, folder: RunFolder, step: int, run, model, optimizer, scaler, noise,
              log, *, seed: int, spec_fingerprint: str, recipe: str, keep: int,
              rng: dict[str, Any] | None = None, pair_gradient: Any = None) -> Path | None:
-    """Write the checkpoint of ``step`` of a run stepping as ``planned`` (collective: every
+    """Write the checkpoint of ``step`` of a run stepping as ``run`` (collective: every
     process sends its RNG states — ``rng``, or its state now — and its unlogged losses; with
     ``pair_gradient``, the last step's gradient the next pair product needs). Returns
     the path on rank 0, else None. Raises :class:`NonFiniteState` on every process when the
     model's or optimizer's state is not finite (the replicas are equal, so every process does)."""
     import torch.distributed as dist
 
-    sharded = planned.split.sharded
+    sharded = run.split.sharded
     ok = finite(model.state_dict(), optimizer.state_dict())
     if sharded and rt.distributed:  # each process checked its own shards
         flag = torch.tensor([float(not ok)])
@@ -460,18 +460,18 @@ def save_run(rt, folder: RunFolder, step: int, planned, model, optimizer, scaler
     states = [None] * rt.world_size if rt.distributed else [mine]
     if rt.distributed:
         dist.all_gather_object(states, mine)
-    samples = planned.samples_through(step)
+    samples = run.samples_through(step)
     payload = {
         "format": FORMAT,
         "step": step,
         "samples_seen": samples,
         "train_seconds": log.train_seconds(),
-        "sampler": {"samples_per_process": samples // planned.split.world_size, "seed": seed},
+        "sampler": {"samples_per_process": samples // run.split.world_size, "seed": seed},
         "scaler": scaler.state_dict() if scaler is not None else None,
         "noise": noise.state_dict() if noise is not None else None,
         "pair_gradient": pair_gradient.detach().cpu() if pair_gradient is not None else None,
         "ranks": states,
-        "plan": planned.to_dict(),
+        "plan": run.to_dict(),
         "spec_fingerprint": spec_fingerprint,
         "recipe": recipe,
     }

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from date_engine.machine import choose_threads, threads_per_process
-from date_engine.runfolder import RunFolder
+from date_engine.runfolder import RunFolder, RunSummary
 from date_engine.train.config import RunConfig
 from date_engine.train.runtime import die_with_parent, job_environment
 
-__all__ = ["LaunchOptions", "elastic", "launch", "torchrun_arguments"]
+__all__ = ["LaunchOptions", "elastic", "launch", "torchrun_arguments", "train_run"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,46 @@ def launch(config: RunConfig, options: LaunchOptions) -> int:
         return _print_record(config, _run(config, options))
 
 
+def train_run(spec: Any, run: Any, folder: str | Path, *, recipe: str | None = None,
+              max_steps: int | None = None, resume: bool = False, dry_run: bool = False,
+              precision: str | None = None) -> RunSummary:
+    """Train ``run`` — a RunPlan of ``spec`` (:func:`date_engine.plan_for`) — with ``date
+    scale``'s trainer into ``folder``, on as many local processes as its split names (torch's
+    elastic agent for more than one), and return its summary. The run is trained as given, not
+    derived again. ``recipe``: a registered name or ``package.module:function`` (default the
+    spec's); ``max_steps``: stop (checkpointed) after that many optimizer steps; ``resume``:
+    continue from the folder's newest checkpoint. A run that ends without a summary (refused
+    input, a non-finite loss) raises :class:`~date_engine.errors.DateError` naming the folder."""
+    from date_engine.errors import DateError, expect
+    from date_engine.recipes import spec_recipe
+    from date_engine.runplan import RunPlan
+    from date_engine.spec import Spec
+
+    expect(spec, Spec, "train_run: spec", "a validated Spec (load_spec(path) or baseline(...))")
+    expect(run, RunPlan, "train_run: run", "a RunPlan of the spec (plan_for(spec, ...))")
+    plan, base = run.plan, spec.baseline
+    if (plan.baseline_batch, plan.baseline_lr) != (base.batch_size, base.lr):
+        raise DateError(f"train_run: the run is a plan of another baseline (batch "
+                        f"{plan.baseline_batch}, LR {plan.baseline_lr:g}) than the spec's (batch "
+                        f"{base.batch_size}, LR {base.lr:g}); derive it from this spec with "
+                        "plan_for(spec, ...).")
+    found = spec_recipe(spec, recipe, to_train=True)
+    folder = Path(folder)
+    config = RunConfig(
+        spec=spec.model_dump(mode="json", exclude_none=True), spec_path="(train_run)",
+        recipe=recipe or spec.recipe or found.name, batch=plan.target_batch,
+        world_size=run.split.world_size, micro_batch=run.split.micro_batch,
+        output_dir=str(folder), run=run.to_dict(), resume=resume, dry_run=dry_run,
+        max_steps=max_steps, precision=precision or spec.train.precision,
+        rerun_command=f"train_run(spec, run, {str(folder)!r}, resume=True)")
+    code = launch(config, LaunchOptions(nproc=run.split.world_size))
+    summary = None if dry_run else RunFolder(folder).read_summary()
+    if summary is None and (code or not dry_run):
+        raise DateError(f"train_run: the run in {folder} ended with exit code {code} and no "
+                        "summary; its messages above say why.")
+    return summary
+
+
 def _run(config: RunConfig, options: LaunchOptions) -> int:
     from date_engine.train import trainer
 
@@ -85,8 +125,8 @@ def _print_record(config: RunConfig, code: int) -> int:
     if not config.print_json or job_environment().rank != 0:
         return code
     folder = RunFolder(config.output_dir)
-    run_plan, summary = folder.read_plan(), folder.read_summary()
-    print(json.dumps({"plan": run_plan.document() if run_plan else None,
+    run, summary = folder.read_plan(), folder.read_summary()
+    print(json.dumps({"plan": run.document() if run else None,
                       "summary": dataclasses.asdict(summary) if summary else None,
                       "exit_code": code}, indent=2))
     return code

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from date_engine.errors import DateError
+from date_engine.planning import plan_for
 from date_engine.probe import (
     DEFAULT_POINTS,
     DEFAULT_SHARE,
@@ -23,7 +24,7 @@ from date_engine.probe import (
     second_half_loss,
 )
 from date_engine.runfolder import RunFolder
-from date_engine.runplan import largest_divisor, resolve_plan
+from date_engine.runplan import largest_divisor
 from date_engine.spec import parse_spec
 from date_engine.train.config import RunConfig
 from date_engine.train.launch import LaunchOptions, launch
@@ -126,8 +127,8 @@ def run_probe(spec_path: Path, spec: Any, recipe: Any, options: ProbeOptions, fo
     (None if the run stopped before measuring enough) and the training's exit code."""
     batch = spec.baseline.batch_size
     micro = measuring_micro_batch(batch, options.nproc, options.micro_batch)
-    planned = resolve_plan(spec, batch, options.nproc, micro, recipe)
-    plan, split = planned.plan, planned.split
+    run = plan_for(spec, batch, devices=options.nproc, micro_batch=micro, recipe=recipe)
+    plan, split = run.plan, run.split
     steps = max(math.ceil(options.share * plan.total_iterations), 2 * options.points)
     run_dir = folder / "run"
     folder.mkdir(parents=True, exist_ok=True)
@@ -135,18 +136,18 @@ def run_probe(spec_path: Path, spec: Any, recipe: Any, options: ProbeOptions, fo
         spec=spec.model_dump(mode="json", exclude_none=True), spec_path=str(spec_path),
         recipe=recipe.name if ":" not in (spec.recipe or "") else spec.recipe, batch=batch,
         world_size=options.nproc, micro_batch=micro, output_dir=str(run_dir),
-        run=planned.to_dict(), max_steps=min(steps, plan.total_iterations),
+        run=run.to_dict(), max_steps=min(steps, plan.total_iterations),
         max_seconds=options.max_minutes * 60 if options.max_minutes else None,
         precision=spec.train.precision, measure_pairs=True, resume=options.resume,
         brief=True)
     began = time.perf_counter()
-    run = RunFolder(run_dir)
-    summary = run.read_summary() if options.resume else None
+    trained_in = RunFolder(run_dir)
+    summary = trained_in.read_summary() if options.resume else None
     # a probe stopped during its LR check continues there, its own run already trained
     trained = summary is not None and summary.stopped_by in ("max-steps", "time-limit")
     code = 0 if trained else launch(config, LaunchOptions(nproc=options.nproc))
-    summary = run.read_summary()
-    points = probe_points(run.read_metrics(), options.points)
+    summary = trained_in.read_summary()
+    points = probe_points(trained_in.read_metrics(), options.points)
     usable = [p for p in points if p.noise_scale is not None]
     if code or summary is None or len({p.epoch for p in usable}) < 2:
         return None, code or 1
@@ -173,8 +174,8 @@ def _lr_check(probed: RunConfig, recipe: Any, steps: int, run_dir: Path,
     (same seed, split and schedule; no noise measured) and compare the second halves' losses."""
     spec = dict(probed.spec, baseline=dict(probed.spec["baseline"]))
     spec["baseline"]["lr"] = LR_CHECK_FACTOR * spec["baseline"]["lr"]
-    run = resolve_plan(parse_spec(spec, source=probed.spec_path), probed.batch,
-                       probed.world_size, probed.micro_batch, recipe)
+    run = plan_for(parse_spec(spec, source=probed.spec_path), probed.batch,
+                   devices=probed.world_size, micro_batch=probed.micro_batch, recipe=recipe)
     config = dataclasses.replace(probed, spec=spec, run=run.to_dict(), output_dir=str(run_dir),
                                  max_steps=steps,
                                  max_seconds=None, measure_noise=False, measure_pairs=False,

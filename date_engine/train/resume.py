@@ -99,12 +99,12 @@ def saved_changes(saved_plan: dict[str, Any]) -> tuple[Change, ...]:
         return ()
 
 
-def already_finished(found: ckpt.Found, planned: RunPlan, folder: RunFolder, recipe: Recipe,
+def already_finished(found: ckpt.Found, run: RunPlan, folder: RunFolder, recipe: Recipe,
                      console: Console, is_main: bool) -> bool:
     """A resumed run whose checkpoint is its plan's last step: nothing to train. Its
     summary.json is written again if it was lost, from the final evaluation in metrics.jsonl;
     without that evaluation the run goes on to evaluate (False)."""
-    last = planned.plan.total_iterations
+    last = run.plan.total_iterations
     if found.payload["step"] < last:
         return False
     summary = folder.read_summary()
@@ -120,11 +120,11 @@ def already_finished(found: ckpt.Found, planned: RunPlan, folder: RunFolder, rec
         return False
     if is_main:
         seconds = float(found.payload.get("train_seconds", 0.0))
-        samples = planned.samples_through(last)
+        samples = run.samples_through(last)
         folder.write_summary(RunSummary(
             recipe.name, last, last, None, recipe.metric_name,
             evals[-1].get(recipe.metric_name), seconds,
-            samples / seconds if seconds > 0 else 0.0, str(found.path), planned.to_dict()))
+            samples / seconds if seconds > 0 else 0.0, str(found.path), run.to_dict()))
     console.print(f"{folder.root} already finished: {found.path.name} is step {last} of "
                   f"{last}; its summary.json was missing and is written again from that "
                   "checkpoint and the final evaluation in metrics.jsonl (its wall time is the "
@@ -132,12 +132,12 @@ def already_finished(found: ckpt.Found, planned: RunPlan, folder: RunFolder, rec
     return True
 
 
-def restore(found: ckpt.Found | None, model, optimizer, scaler, noise, planned: RunPlan,
+def restore(found: ckpt.Found | None, model, optimizer, scaler, noise, run: RunPlan,
             mismatch: str | None, seed: int, rank: int, console: Console) -> ResumePoint:
     """Load ``found`` into the model, optimizer, loss scaler and noise scale; seed this
     process's own random stream (the checkpoint's, or a fresh one). ``mismatch``: why the
     checkpoint is another plan's (``--force-replan``): its weights go on at the step of
-    ``planned`` its samples reach."""
+    ``run`` its samples reach."""
     if found is None:
         seed_everything(process_seed(seed, rank))  # dropout etc. differ per process
         return ResumePoint()
@@ -151,7 +151,7 @@ def restore(found: ckpt.Found | None, model, optimizer, scaler, noise, planned: 
         scaler.load_state_dict(payload["scaler"])
     console.print(f"resuming from {found.path} (step {payload['step']})", soft_wrap=True)
     if mismatch:  # --force-replan: as many samples, the new plan
-        start = planned.steps_within(payload["samples_seen"])
+        start = run.steps_within(payload["samples_seen"])
         seed_everything(process_seed(seed, rank, start))
         console.print(note_line(f"--force-replan: {mismatch}; continuing its weights at step "
                                 f"{start} of the new plan ({payload['samples_seen']} samples "

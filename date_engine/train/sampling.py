@@ -72,18 +72,18 @@ class MicroBatchSampler(Sampler[list[int]]):
                 yield batch
 
 
-def loader(data, planned, rank: int, seed: int, start: int, stop_at: int, num_workers: int,
+def loader(data, run, rank: int, seed: int, start: int, stop_at: int, num_workers: int,
            pin_memory: bool, worker_seed: int):
     """This process's micro-batches of ``data.train`` for steps start+1 .. stop_at of the run
-    stepping as ``planned`` (a :class:`~date_engine.runplan.RunPlan`), resumable at any step (a
+    stepping as ``run`` (a :class:`~date_engine.runplan.RunPlan`), resumable at any step (a
     ramp's stages one after the other); ``worker_seed`` seeds the loader's workers."""
     import torch
 
-    sizes = planned.stream(start, stop_at)
-    first = sizes[0] if sizes else (planned.step_split.micro_batch, 0)
-    world = planned.split.world_size
+    sizes = run.stream(start, stop_at)
+    first = sizes[0] if sizes else (run.step_split.micro_batch, 0)
+    world = run.split.world_size
     sampler = MicroBatchSampler(len(data.train), first[0], world, rank, seed,
-                                start=planned.samples_through(start), count=first[1],
+                                start=run.samples_through(start), count=first[1],
                                 then=sizes[1:])
     return torch.utils.data.DataLoader(
         data.train, batch_sampler=sampler, collate_fn=data.collate, num_workers=num_workers,

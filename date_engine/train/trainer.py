@@ -31,10 +31,11 @@ from date_engine.checks import check_dataset_size
 from date_engine.errors import DateError
 from date_engine.noise import NoiseScale
 from date_engine.optim.build import optimizer_for
+from date_engine.planning import plan_for
 from date_engine.ramp import Change, Follower
 from date_engine.recipes import DataOptions, RecipeData, get_recipe
 from date_engine.runfolder import RunFolder, RunLock, RunSummary
-from date_engine.runplan import RunPlan, resolve_plan
+from date_engine.runplan import RunPlan
 from date_engine.schedule import set_lr
 from date_engine.spec import parse_spec
 from date_engine.train import checkpoint as ckpt
@@ -174,22 +175,8 @@ class Trainer:
             self._lock = None
 
     def _derive(self, data: RecipeData) -> RunPlan:
-        """The run the command derived (``config.run``), or — where n is known only now that the
-        data is loaded — the one :func:`resolve_plan` derives here; the data loaded checked
-        against the plan's n."""
-        cfg = self.config
-        if cfg.run is not None:
-            run = RunPlan.from_dict(cfg.run)
-        else:
-            run = resolve_plan(self.spec, cfg.batch, cfg.world_size, cfg.micro_batch,
-                               self.recipe, dataset_size=len(data.train))
-        if data.note:  # generated samples stand in for the data
-            return run
-        other = self.spec.recipe if self.spec.recipe not in (None, self.recipe.name,
-                                                             cfg.recipe) else None
-        note = check_dataset_size(run.plan.dataset_size, run.plan.dataset_size_source,
-                                  len(data.train), cfg.batch, self.spec.train.data_dir,
-                                  self.recipe.name, other)
+        """The run (:func:`the_run`); a note on the data loaded is said once."""
+        run, note = the_run(self.config, self.spec, self.recipe, data)
         if note and self.rt.is_main:
             self.console.print(note_line(note), soft_wrap=True)
         return run
@@ -198,9 +185,10 @@ class Trainer:
         """The run of a measured ramp that made ``changes``: its plan derived again from the
         noise curve the run's plan holds (no probe.json read again), split as the run is."""
         split = self.run.split
-        return resolve_plan(self.spec, self.plan.target_batch, split.world_size,
-                            split.micro_batch, self.recipe, dataset_size=len(data.train),
-                            ramp_changes=changes, noise_curve=self.plan.noise_curve)
+        return plan_for(self.spec, self.plan.target_batch, devices=split.world_size,
+                        micro_batch=split.micro_batch, recipe=self.recipe,
+                        dataset_size=len(data.train), ramp_changes=changes,
+                        noise_curve=self.plan.noise_curve)
 
     def _announce(self, data: RecipeData) -> None:
         """Show the plan and write the run's record (rank 0)."""
@@ -438,6 +426,25 @@ class Trainer:
 
             run_curves(self.folder.read_metrics(), self.recipe.metric_name,
                        self.folder.curves_path, self.plan)
+
+
+def the_run(config: RunConfig, spec: Any, recipe: Any, data: RecipeData
+            ) -> tuple[RunPlan, str | None]:
+    """The run the command derived (``config.run``), or — where n is known only now that the
+    data is loaded — the one :func:`plan_for` derives here; and a note where the data loaded is
+    not the plan's n."""
+    if config.run is not None:
+        run = RunPlan.from_dict(config.run)
+    else:
+        run = plan_for(spec, config.batch, devices=config.world_size,
+                       micro_batch=config.micro_batch, recipe=recipe,
+                       dataset_size=len(data.train))
+    if data.note:  # generated samples stand in for the data
+        return run, None
+    other = spec.recipe if spec.recipe not in (None, recipe.name, config.recipe) else None
+    return run, check_dataset_size(run.plan.dataset_size, run.plan.dataset_size_source,
+                                   len(data.train), config.batch, spec.train.data_dir,
+                                   recipe.name, other)
 
 
 def noise_scale(run: RunPlan, sharded: bool, config: RunConfig) -> NoiseScale | None:

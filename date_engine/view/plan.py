@@ -65,12 +65,12 @@ def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64
 _STYLES = ("cyan", "magenta", "green", "yellow")
 
 
-def show_plan(console: Console, path: Path, spec: Any, planned: RunPlan, others: dict[str, Plan],
+def show_plan(console: Console, path: Path, spec: Any, run: RunPlan, others: dict[str, Plan],
               parameters: int | None, micro_batch: int | None, times: dict[str, Any] | None,
               memory: Any, devices: int | None) -> None:
     """``date plan``'s screen: the plan (:func:`print_plan`), then the time on the devices when
     ``times`` were forecast, else where to get them."""
-    print_plan(console, path, spec.recipe, planned, others, planned.sharding(parameters),
+    print_plan(console, path, spec.recipe, run, others, run.sharding(parameters),
                auto=spec.train.micro_batch == "auto" and micro_batch is None)
     if times:
         from date_engine.view.timing import render_time
@@ -81,17 +81,17 @@ def show_plan(console: Console, path: Path, spec: Any, planned: RunPlan, others:
                       "SPEC on your hardware).", markup=False, soft_wrap=True)
 
 
-def print_plan(console: Console, path: Path, recipe: str | None, planned: RunPlan,
+def print_plan(console: Console, path: Path, recipe: str | None, run: RunPlan,
                others: dict[str, Plan], sharding: Sharding | None, auto: bool = False) -> None:
     """What ``date plan`` prints: the plan of ``path`` and, with ``others``, the comparison;
     ``auto``: the micro-batch is found when the run starts."""
     width = max(32, min(console.width - 14, 90))
     title = f"DATE plan for {path}" + (f" (recipe {recipe})" if recipe else "")
-    console.print(render_plan(planned.plan, planned.split, title, chart_width=width,
+    console.print(render_plan(run.plan, run.split, title, chart_width=width,
                               sharding=sharding, auto=auto))
     if others:
         console.print()
-        console.print(render_comparison(planned.plan, others, chart_width=width))
+        console.print(render_comparison(run.plan, others, chart_width=width))
 
 
 def render_comparison(plan: Plan, others: dict[str, Plan], chart_width: int = 64) -> RenderableType:
@@ -412,12 +412,12 @@ def _lr(value: float) -> str:
     return f"{value:.5g}"
 
 
-def plan_document(planned: RunPlan, parameters: int | None, others: dict[str, Plan],
+def plan_document(run: RunPlan, parameters: int | None, others: dict[str, Plan],
                   times: dict | None, budget: str, memory: Any = None) -> dict:
     """What ``date plan --json`` prints: the run's plan; with ``others``, the compared plans;
     with ``times``, the forecast of the spec's ``budget`` and of every budget; with ``memory``,
     the micro-batch that fits a device (:class:`~date_engine.timing.MemoryFit`)."""
-    document = planned.document(parameters)
+    document = run.document(parameters)
     if memory:
         document["memory"] = memory.to_dict()
     if others:

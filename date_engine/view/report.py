@@ -40,8 +40,8 @@ def write_outputs(root: Path, summary: SweepSummary, results: list[CellResult],
     ``draw_figures`` the figures are left as the last draw left them (report.md links those
     there are), the tables and report.md written anew."""
     def plan_of(result: CellResult) -> Plan | None:
-        run_plan = RunFolder(cell_folder(root, result.cell)).read_plan()
-        return run_plan.plan if run_plan is not None else None
+        run = RunFolder(cell_folder(root, result.cell)).read_plan()
+        return run.plan if run is not None else None
 
     written = [_csv(root / "results.csv", results)]
     data = {"settings": settings, "summary": summary.to_dict(),

@@ -313,7 +313,7 @@ class SweepProgress:
             table.add_row(
                 planned.cell.name,
                 _status(r.status),
-                f"{r.steps}/{r.total_steps or planned.run_plan.plan.total_iterations}",
+                f"{r.steps}/{r.total_steps or planned.run.plan.total_iterations}",
                 "" if metric is None else f"{metric:.4g}",
                 f"{r.losses[-1][1]:.4g}" if r.losses else "",
                 "" if r.train_s is None else f"{r.train_s:.0f}",
