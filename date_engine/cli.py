@@ -1,7 +1,8 @@
-"""The ``date`` command line. It parses, calls the library and prints; nothing is derived here.
+"""The ``date`` command line. It parses, calls and prints; nothing is derived here.
 
-The options are declared in :mod:`date_engine.cli_options`; what each command calls is the
-library's public API (:mod:`date_engine.api`) and its modules."""
+The options are declared in :mod:`date_engine.cli_options`. What ``date plan`` and ``date scale``
+compute is :mod:`date_engine.commands`' (``plan_report``, ``scale_config``); the other commands
+call the library's modules directly."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from date_engine import cli_options as o
 from date_engine.checks import check_launch, output_file, output_folder, parse_size
 from date_engine.errors import DateError, as_command_line
 from date_engine.probe import DEFAULT_POINTS, DEFAULT_SHARE
-from date_engine.spec import Spec
 from date_engine.sweep.schemes import DEFAULT_LR_GRID
 
 app = typer.Typer(
@@ -70,20 +70,6 @@ def _root(version: Annotated[bool, o.flag("--version", callback=_version, is_eag
     --version gives its version)."""
 
 
-def _spec(arg: str | None, overrides: list[str] | None, probe: Path | None = None,
-          budget: str | None = None, parallel: str | None = None) -> tuple[Path, Spec]:
-    """SPEC (a file, or a shipped baseline's name) validated, with the overrides; ``--probe``,
-    ``--budget`` and ``--parallel`` last (they set date.probe, date.budget, train.parallel)."""
-    from date_engine.checks import a_path
-    from date_engine.spec import shipped_or_path, spec_with
-
-    if arg is None:  # date plan's SPEC is optional: --from gives the baseline instead
-        raise DateError("give the baseline: SPEC (a YAML, or a shipped name: date recipes), or "
-                        "--from a run's TrainingArguments JSON or timm args.yaml.")
-    path = shipped_or_path(a_path(arg, "SPEC"))
-    return path, spec_with(path, overrides or (), probe=probe, budget=budget, parallel=parallel)
-
-
 def _typed(command: str) -> list[str] | None:
     """What the user typed after ``date COMMAND`` when this process was started so, else None
     (another caller: the tests' CliRunner, a script). The one place sys.argv is read."""
@@ -115,55 +101,44 @@ def plan_command(
     --set date.rule=paper for the paper's √k·η0. --devices: the split; with --bench, the times
     and the speedup. --emit: the settings for HF's Trainer, Lightning or accelerate, or a Slurm
     script or Kubeflow TrainJob that trains the plan. --from: the baseline of a HF or timm run."""
-    from date_engine.api import config_spec, forecast_times, memory_fit, plan_for
-    from date_engine.recipes import spec_recipe
-    from date_engine.sweep.schemes import SCHEMES, scheme_spec
-    from date_engine.timing import parse_link
-    from date_engine.view.plan import plan_document
+    from date_engine.commands import plan_report
 
     with user_errors():
         if plot is not None:
             output_file(plot, "--plot", (".png", ".pdf", ".svg"))
         if devices is not None and nproc != 1 and devices != nproc:
             raise DateError(f"--devices {devices} and --nproc {nproc} disagree; give one of them.")
-        if link is not None and bench is None:
-            raise DateError("--link goes with --bench (it replaces the bench's measured link).")
-        path, spec, spec_call = (*_spec(spec_arg, overrides, probe, budget, parallel),
-                                 repr(spec_arg)) if from_config is None else config_spec(
-            spec_arg, from_config, train_samples, baseline_devices, overrides, probe, budget,
-            parallel)
-        size, recipe, world = parse_size(batch, "--batch"), spec_recipe(spec), devices or nproc
-        planned = plan_for(spec, size, devices=world, micro_batch=micro_batch, recipe=recipe)
+        size = parse_size(batch, "--batch")
+        report = plan_report(
+            spec_arg, size, devices=devices or nproc, micro_batch=micro_batch,
+            overrides=overrides, probe=probe, budget=budget, parallel=parallel,
+            from_config=from_config, train_samples=train_samples,
+            baseline_devices=baseline_devices, compare=compare, bench=bench, link=link,
+            device_memory=device_memory, emit=emit is not None)
+        run = report.run
         if emit is not None:
             from date_engine.view.emit import plan_call, print_emitted, scale_args
 
-            return print_emitted(emit, planned, plan_call(
-                spec_call, planned, list(overrides or ()), probe and str(probe.absolute()), budget),
-                from_config is None and scale_args(str(spec_arg), batch, micro_batch, overrides,
-                                                   probe, budget, parallel), nnodes, recipe,
-                command, _command_line("plan"), cpus_per_process)
-        others = {name: plan_for(scheme_spec(spec, SCHEMES[name]), size, devices=world,
-                                 micro_batch=micro_batch, recipe=recipe).plan
-                  for name in ("paper" if spec.date.rule == "date" else "date", "linear")
-                  } if compare else {}
+            return print_emitted(emit, run, plan_call(
+                report.spec_call, run, list(overrides or ()), probe and str(probe.absolute()),
+                budget), from_config is None and scale_args(
+                    str(spec_arg), batch, micro_batch, overrides, probe, budget, parallel),
+                nnodes, report.recipe, command, _command_line("plan"), cpus_per_process)
         if plot is not None:
             from date_engine.view.plan import scheme_name
             from date_engine.view.plots import save_lr_plot
 
-            save_lr_plot(plot, [(scheme_name(planned.plan), planned.plan), *others.items()])
-        times = bench and forecast_times(spec, planned, bench, link and parse_link(link),
-                                         baseline_devices, recipe, micro_batch)
-        memory = device_memory and memory_fit(planned, bench, device_memory)
-        parameters = recipe.parameter_count(recipe.parse_options(spec.model)) \
-            if spec.train.parallel == "fsdp" and recipe is not None else None
+            save_lr_plot(plot, [(scheme_name(run.plan), run.plan), *report.others.items()])
         if as_json:
-            print(json.dumps(plan_document(planned, parameters, others, times, spec.date.budget,
-                                           memory), indent=2))
+            from date_engine.view.plan import plan_document
+
+            print(json.dumps(plan_document(run, report.parameters, report.others, report.times,
+                                           report.spec.date.budget, report.memory), indent=2))
         else:
             from date_engine.view.plan import show_plan
 
-            show_plan(Console(highlight=False), path, spec, planned, others, parameters,
-                      micro_batch, times, memory, devices)
+            show_plan(Console(highlight=False), report.path, report.spec, run, report.others,
+                      report.parameters, micro_batch, report.times, report.memory, devices)
         if plot is not None:
             _stderr().print(f"LR curve written to {plot}", markup=False)
 
@@ -185,44 +160,21 @@ def scale_command(
     budget: o.BudgetOpt = None, parallel: o.ParallelOpt = None, auto: o.AutoResumeOpt = False,
 ) -> None:
     """Train the spec's recipe at BATCH with the DATE plan: one process, several, or nodes."""
-    from date_engine.recipes import spec_recipe
-    from date_engine.runfolder import continue_command, run_folder_for
-    from date_engine.runplan import resolve_plan
+    from date_engine.commands import scale_config
+    from date_engine.train.launch import launch, requeue_at_time_limit
 
     with user_errors():
-        path, spec = _spec(spec_arg, overrides, probe, budget, parallel)
-        size, recipe_ref = parse_size(batch, "--batch"), spec.recipe if recipe is None else recipe
-        found = spec_recipe(spec, recipe_ref, source=str(path), to_train=True, option=True)
-        check_launch(nproc, backend, rdzv_endpoint, master_port)
-        from date_engine.train.config import RunConfig
-        from date_engine.train.launch import LaunchOptions, launch, requeue_at_time_limit
-        from date_engine.train.runtime import job_environment
-
-        job = job_environment()  # started by torchrun or srun: that job's size is the truth
-        world = job.world_size if job.launcher != "none" else nproc * nnodes
-        # the run every process trains, refused here before any starts; where n is known only
-        # once the data loads, each process derives it then
-        run = resolve_plan(spec, size, world, micro_batch, found) \
-            if spec.baseline.dataset_size or found.dataset_size else None
-        budget_name = "" if spec.date.budget == "same-epochs" else f"-{spec.date.budget}"
-        run_dir, resume = run_folder_for(
-            output_dir, spec.train.output_dir, f"runs/{found.name}-B{size}{budget_name}",
-            resume or auto, versioned=job.launcher == "none" and nnodes == 1,
-            dry_run=dry_run, auto=auto and not resume)
-        config = RunConfig(
-            spec=spec.model_dump(mode="json", exclude_none=True), spec_path=str(path),
-            recipe=recipe_ref, batch=size, world_size=world, micro_batch=micro_batch,
-            output_dir=str(run_dir), run=run and run.to_dict(), resume=resume,
-            force_replan=force_replan, dry_run=dry_run,
-            max_steps=max_steps, precision=precision or spec.train.precision, compile=compile,
-            backend=backend, rerun_command=continue_command(_typed("scale"), run_dir, output_dir),
-            print_json=as_json)
-        options = LaunchOptions(nproc=nproc, nnodes=nnodes, node_rank=node_rank,
-                                rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id,
-                                master_addr=master_addr, master_port=master_port,
-                                max_restarts=max_restarts if not dry_run else 0)
-    code = launch(config, options)
-    if auto:  # a job's run: under Slurm, its time limit's signal requeues it
+        job = scale_config(
+            spec_arg, parse_size(batch, "--batch"), nproc=nproc, nnodes=nnodes,
+            micro_batch=micro_batch, overrides=overrides, probe=probe, budget=budget,
+            parallel=parallel, recipe=recipe, output_dir=output_dir, resume=resume,
+            auto_resume=auto, force_replan=force_replan, dry_run=dry_run, max_steps=max_steps,
+            precision=precision, compile=compile, backend=backend, node_rank=node_rank,
+            rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id, master_addr=master_addr,
+            master_port=master_port, max_restarts=max_restarts, as_json=as_json,
+            typed=_typed("scale"))
+    code = launch(job.config, job.launch)
+    if job.auto_resume:  # a job's run: under Slurm, its time limit's signal requeues it
         requeue_at_time_limit(code)
     if code:
         raise typer.Exit(code)
@@ -242,12 +194,13 @@ def probe_command(
     """Measure the gradient noise scale over the first part of the baseline's training, check
     whether a larger LR would train it faster, and forecast what larger batches cost: writes
     probe.json for date plan --probe."""
+    from date_engine.commands import spec_of
     from date_engine.recipes import spec_recipe
 
     with user_errors():
         from date_engine.train import probe as probing
 
-        path, spec = _spec(spec_arg, overrides)
+        path, spec = spec_of(spec_arg, overrides)
         recipe = spec_recipe(spec, source=str(path), to_train=True)
         check_launch(nproc)
         probing.check_probe(spec, nproc, micro_batch)  # refused up front
@@ -292,6 +245,7 @@ def bench_command(
     """Time the recipe's forward and backward pass, the optimizer's step and an all-reduce on this
     machine (about half a minute for the MNIST recipes, longer for large models): writes
     bench.json for date plan --devices N --bench."""
+    from date_engine.commands import spec_of
     from date_engine.recipes import spec_recipe
 
     with user_errors():
@@ -299,7 +253,7 @@ def bench_command(
         from date_engine.train.bench import bench_job, micro_batch_sizes
         from date_engine.view.timing import render_bench
 
-        path, spec = _spec(spec_arg, overrides)
+        path, spec = spec_of(spec_arg, overrides)
         recipe = spec_recipe(spec, source=str(path), to_train=True)
         check_launch(nproc)
         given = parse_link(link) if link is not None else None
@@ -332,13 +286,14 @@ def sweep_command(
     Trains the baseline and every (batch, scheme, seed) cell through `date scale`; a re-run skips
     finished cells and resumes interrupted ones."""
     from date_engine import sweep as sw
+    from date_engine.commands import spec_of
     from date_engine.recipes import spec_recipe
     from date_engine.sweep.schemes import unused_note
     from date_engine.view.report import SweepDisplay
     from date_engine.view.sweep import print_verdicts
 
     with user_errors():
-        path, spec = _spec(spec_arg, overrides)
+        path, spec = spec_of(spec_arg, overrides)
         recipe = spec_recipe(spec, source=str(path), to_train=True)
         options = sw.SweepOptions(
             batches=sw.parse_batches(batches), schemes=sw.parse_schemes(schemes), repeats=repeats,
@@ -352,7 +307,7 @@ def sweep_command(
         console = Console(highlight=False)
         settings = sw.sweep_settings(path, spec, recipe, options, cells, list(overrides or ()),
                                   _command_line("sweep"),
-                                  _spec(spec_arg, overrides, probe)[1] if probe else None, bench)
+                                  spec_of(spec_arg, overrides, probe)[1] if probe else None, bench)
         if note := unused_note(spec, [s.name for s in options.schemes]):
             from date_engine.view.console import note_line
 
