@@ -15,8 +15,9 @@ its split; the optimizer and the LR scheduler that train with it.
 
 This module is a façade: :func:`baseline` is its own; :func:`plan_for` lives in
 :mod:`date_engine.runplan`, :func:`spec_with` in :mod:`date_engine.spec`, and the torch-based
-builders where they are built (:mod:`date_engine.optim.build`, :mod:`date_engine.schedule`),
-re-exported here and loaded on first use. Nothing here is for the command line
+builders where they are built (:mod:`date_engine.optim.build`, :mod:`date_engine.schedule`) and
+:func:`train_run` with the trainer (:mod:`date_engine.train.launch`), re-exported here and loaded
+on first use. Nothing here is for the command line
 (:mod:`date_engine.commands` is).
 """
 
@@ -30,12 +31,15 @@ from date_engine.spec import Spec, parse_spec, spec_with
 if TYPE_CHECKING:
     from date_engine.optim.build import optimizer_for
     from date_engine.schedule import scheduler_for
+    from date_engine.train.launch import train_run
 
-__all__ = ["baseline", "optimizer_for", "plan_for", "scheduler_for", "spec_with"]
+__all__ = ["baseline", "optimizer_for", "plan_for", "scheduler_for", "spec_with", "train_run"]
 
 _BUILT_ELSEWHERE = {"optimizer_for": "date_engine.optim.build",
-                    "scheduler_for": "date_engine.schedule"}
-"""The torch-based builders this module re-exports, imported on first use."""
+                    "scheduler_for": "date_engine.schedule",
+                    "train_run": "date_engine.train.launch"}
+"""The torch-based builders and the trainer's entry this module re-exports, imported on first
+use."""
 
 
 def __getattr__(name: str) -> Any:

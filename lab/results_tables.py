@@ -582,8 +582,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "other-baselines": holdout.other_baselines_table,
 }
 
-FILES = ("README.md", "docs/results.md", "docs/noise.md", "docs/integrations.md",
-         "docs/performance.md")
+FILES = ("README.md", "docs/results.md", "docs/results-transformers.md", "docs/noise.md",
+         "docs/integrations.md", "docs/performance.md")
 _BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 
 

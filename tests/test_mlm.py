@@ -180,7 +180,7 @@ def test_a_tiny_model_trained_by_date_scale_beats_the_most_frequent_token(tmp_pa
                   "--set", "baseline.epochs=12",
                   # on this toy language DATE's ratios learn the context within the test's ~410
                   # steps (50.5% against the unigram's 31.7%; without them 39.4%); the recipe ships
-                  # them off because on real text they stall (docs/results.md, "Transformers")
+                  # them off because on real text they stall (docs/results-transformers.md)
                   "--set", "date.layer_ratio.mode=dynamic",
                   "-o", tmp_path / "run")
     assert result.returncode == 0, result.stdout + result.stderr
