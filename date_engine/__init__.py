@@ -35,7 +35,7 @@ _LAZY = {
     "train_run": "date_engine.train.launch",
     "NoiseScale": "date_engine.noise",
     **dict.fromkeys(("baseline_from_file", "baseline_from_hf", "baseline_from_timm"),
-                    "date_engine.integrations.configs"),
+                    "date_engine.baselines"),
     "DateError": "date_engine.errors",
     "PlanError": "date_engine.errors",
     "SpecError": "date_engine.errors",
@@ -50,12 +50,12 @@ _LAZY = {
 
 if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from date_engine.api import baseline
-    from date_engine.errors import DateError, PlanError, SpecError
-    from date_engine.integrations.configs import (
+    from date_engine.baselines import (
         baseline_from_file,
         baseline_from_hf,
         baseline_from_timm,
     )
+    from date_engine.errors import DateError, PlanError, SpecError
     from date_engine.noise import NoiseScale
     from date_engine.optim import DATE, LAMB, LARS
     from date_engine.optim.build import optimizer_for

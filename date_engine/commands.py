@@ -50,7 +50,7 @@ def config_spec(arg: str | None, config: Path, samples: int | None, devices: int
                 parallel: str | None) -> tuple[Path, Spec, str]:
     """``date plan --from``: the baseline of a run's own configuration (SPEC not given), with
     the overrides, and the Python expression that gives it."""
-    from date_engine.integrations.configs import baseline_from_file
+    from date_engine.baselines import baseline_from_file
 
     if arg is not None:
         raise DateError(f"give SPEC ({arg}) or --from {config}, not both.")

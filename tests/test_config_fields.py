@@ -13,9 +13,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from date_engine.baselines import baseline_from_hf, baseline_from_timm
 from date_engine.cli import app
 from date_engine.errors import SpecError
-from date_engine.integrations.configs import baseline_from_hf, baseline_from_timm
 
 KINDS = {"text": "x", "bool": True, "list": [1], "zero": 0, "negative": -1, "nan": math.nan,
          "inf": math.inf, "-inf": -math.inf, "huge": 1e308}

@@ -243,7 +243,7 @@ def _optimizer_contradictions(args: Any, run: RunPlan, want: dict[str, Any]) -> 
     """The arguments of ``args`` that HF's loop or optimizer would use against the plan, as
     'name X (the plan: Y)': the clipping (HF's loop clips with max_grad_norm), the optimizer
     named by ``optim`` where it is not HF's default, β, ε, λ and the schedule's kwargs."""
-    from date_engine.integrations.configs import hf_optimizer_name
+    from date_engine.baselines import hf_optimizer_name
 
     defaults = {f.name: f.default for f in dataclasses.fields(transformers.TrainingArguments)}
     options, name = run.plan.optimizer.options, run.plan.optimizer.name
@@ -301,7 +301,7 @@ class DateProbe(transformers.TrainerCallback):
                        **kwargs: Any) -> None:
         from accelerate.state import GradientState
 
-        from date_engine.integrations.configs import baseline_from_hf
+        from date_engine.baselines import baseline_from_hf
         from date_engine.integrations.probing import InRunProbe
         from date_engine.planning import plan_for
 
