@@ -175,8 +175,8 @@ class Trainer:
             self._lock = None
 
     def _derive(self, data: RecipeData) -> RunPlan:
-        """The run (:func:`the_run`); a note on the data loaded is said once."""
-        run, note = the_run(self.config, self.spec, self.recipe, data)
+        """The run (:func:`run_for`); a note on the data loaded is said once."""
+        run, note = run_for(self.config, self.spec, self.recipe, data)
         if note and self.rt.is_main:
             self.console.print(note_line(note), soft_wrap=True)
         return run
@@ -428,7 +428,7 @@ class Trainer:
                        self.folder.curves_path, self.plan)
 
 
-def the_run(config: RunConfig, spec: Any, recipe: Any, data: RecipeData
+def run_for(config: RunConfig, spec: Any, recipe: Any, data: RecipeData
             ) -> tuple[RunPlan, str | None]:
     """The run the command derived (``config.run``), or — where n is known only now that the
     data is loaded — the one :func:`plan_for` derives here; and a note where the data loaded is
