@@ -117,13 +117,13 @@ def test_relative_links_and_their_anchors_resolve():
 
 def test_the_docs_stay_short_and_small():
     """Each docs page readable in one sitting, about a quarter of an hour: within 3,500 words (a
-    page that outgrows it is split by the questions it answers, as results.md was); docs/ within
-    150 files and 5 MB."""
+    page that outgrows it is split by the questions it answers, as results.md and training.md
+    were); docs/ within 5 MB and 200 files, most of them the studies' data."""
     pages = sorted((ROOT / "docs").glob("*.md"))
     words = {p.name: len(p.read_text().split()) for p in pages}
     assert all(n <= 3500 for n in words.values()), words
     files = [p for p in (ROOT / "docs").rglob("*") if p.is_file()]
-    assert len(files) <= 150 and sum(p.stat().st_size for p in files) <= 5 * 2**20
+    assert len(files) <= 200 and sum(p.stat().st_size for p in files) <= 5 * 2**20
 
 
 def _plan_lines(*args) -> list[str]:
