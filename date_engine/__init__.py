@@ -4,7 +4,7 @@ From a small-batch baseline that works, derive the plan for a large batch — th
 and the optimizer's settings by the optimizer family's rule (the paper's √k with ``date.rule:
 paper``), linear-epoch warmup (LEGW), decay to a floor — and train with it::
 
-    from date_engine import optimizer_for, plan_for, scheduler_for
+    from date_engine import load_spec, optimizer_for, plan_for, scheduler_for, train_run
 
     run = plan_for("lenet-mnist", batch=8192, devices=8)
     run.plan.peak_lr, run.plan.warmup_epochs, run.plan.total_iterations
@@ -12,7 +12,7 @@ paper``), linear-epoch warmup (LEGW), decay to a floor — and train with it::
     run.split.micro_batch, run.split.accumulation_steps      # how 8192 splits over 8 devices
     optimizer = optimizer_for(model, run)                    # DATE over the plan's base optimizer
     scheduler = scheduler_for(optimizer, run)                # step it once per optimizer step
-    summary = train_run(spec, run, "runs/mine")              # or date scale's trainer trains it
+    summary = train_run(load_spec("lenet-mnist"), run, "runs/mine")  # date scale's trainer
 
 Inside Hugging Face's Trainer or Lightning: :mod:`date_engine.integrations`. Importing this
 package does not import torch; the torch-based names load on first use.
