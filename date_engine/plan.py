@@ -194,13 +194,14 @@ class Plan:
         if step < 1:
             raise ValueError(f"optimizer steps are counted from 1, got {step}")
         x = step - self.schedule.offset
+        epoch = self.epoch(x)
         if self.ramp:
-            peak, at, warm, last = (self.stage_at(step).peak_lr, self.epoch(x),
-                                    self.warmup_epochs, self.total_epochs)
+            peak, at, warm, last = (self.stage_at(step).peak_lr, epoch, self.warmup_epochs,
+                                    self.total_epochs)
         else:
             peak, at, warm, last = (self.peak_lr, x, self.warmup_iterations,
                                     self.total_iterations)
-        return self.schedule.lr(peak, at, warm, last, self.epoch(x) / self._stretch(),
+        return self.schedule.lr(peak, at, warm, last, epoch / self._stretch(),
                                 self.warmup_shape == "quadratic", self.lr_floor)
 
     def lrs(self) -> list[float]:

@@ -13,18 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from date_engine.catalog import entry, state_tensors, step_path
 from date_engine.errors import PlanError, named
-from date_engine.plan import (
-    BatchStage,
-    Plan,
-    positive_int,
-)
-
-if TYPE_CHECKING:  # recipes are passed in, never imported: the plan depends on no recipe
-    pass
+from date_engine.plan import BatchStage, Plan, positive_int
 
 __all__ = [
     "BatchSplit",
