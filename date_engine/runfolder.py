@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 
 from date_engine.errors import DateError
-from date_engine.files import read_small_text
+from date_engine.files import read_small_text, write_durably
 from date_engine.noise import NoiseEstimate
 from date_engine.runplan import RunPlan
 
@@ -234,9 +234,7 @@ class RunFolder:
 
     def write_plan(self, run: RunPlan) -> None:
         """plan.json; rewritten whole (a measured ramp's at each move up), never half-written."""
-        temporary = self.plan_path.with_suffix(".json.tmp")
-        temporary.write_text(json.dumps(run.to_dict(), indent=2))
-        os.replace(temporary, self.plan_path)
+        write_durably(self.plan_path, json.dumps(run.to_dict(), indent=2))
 
     def write_config(self, config_json: str) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -50,7 +50,6 @@ __all__ = [
     "describe_mismatch",
     "finite",
     "newest_valid",
-    "plan_id",
     "refuse",
     "remove_partial_writes",
     "restore_rng",
@@ -62,11 +61,6 @@ FORMAT = 1
 REQUIRED = ("format", "step", "model", "optimizer", "plan", "spec_fingerprint", "ranks")
 _MAGIC = b"DATECKPT"
 _TRAILER = struct.Struct("<Q8s")  # length of the JSON record, magic
-
-
-def plan_id(plan: dict[str, Any]) -> str:
-    """A short id of a run's plan document: checkpoints of one plan share it."""
-    return document_id(plan)
 
 
 def finite(*states: Any) -> bool:
@@ -95,7 +89,7 @@ def save_atomic(run: RunFolder, step: int, payload: dict[str, Any], keep: int) -
     final = run.checkpoint_path(step)
     folder = final.parent
     folder.mkdir(parents=True, exist_ok=True)
-    ident = plan_id(payload["plan"])
+    ident = document_id(payload["plan"])
     tmp = folder / f".{final.name}.tmp-{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
@@ -476,7 +470,7 @@ def save_run(rt, folder: RunFolder, step: int, run, model, optimizer, scaler, no
         "recipe": recipe,
     }
     if sharded:
-        ident = plan_id(payload["plan"])
+        ident = document_id(payload["plan"])
         final = folder.checkpoint_path(step, sharded=True)
         final.parent.mkdir(parents=True, exist_ok=True)
         path = shards.save(rt, final, payload, model, optimizer, ident)
