@@ -16,7 +16,7 @@ from date_engine.errors import DateError, expect
 from date_engine.plan import Plan
 from date_engine.runplan import RunPlan, plan_of
 
-__all__ = ["PlanScheduler", "plan_scheduler", "scheduler_for", "set_lr"]
+__all__ = ["PlanScheduler", "scheduler_for", "set_lr"]
 
 
 class PlanScheduler(torch.optim.lr_scheduler.LRScheduler):
@@ -63,12 +63,6 @@ class PlanScheduler(torch.optim.lr_scheduler.LRScheduler):
         self.step()
 
 
-def plan_scheduler(optimizer: torch.optim.Optimizer, plan: Plan,
-                   replan: bool = False) -> PlanScheduler:
-    """The plan's LR on ``optimizer`` at every optimizer step (:class:`PlanScheduler`)."""
-    return PlanScheduler(optimizer, plan, replan)
-
-
 def resumed_step(plan: Plan, state: dict[str, Any], replan: bool = False) -> int:
     """The optimizer steps of ``plan`` done at the scheduler state ``state``: its own count when
     it was saved under ``plan`` (or by a version that saved no plan); else, with ``replan``, the
@@ -78,13 +72,13 @@ def resumed_step(plan: Plan, state: dict[str, Any], replan: bool = False) -> int
     if saved is None or saved.get("id") == plan.identity:
         return state["last_epoch"]
     if not replan:
-        raise DateError(f"checkpoint of another plan ({describe(saved)}) than this one "
-                        f"({describe(plan.summary())}); resume it under its own plan, or pass "
+        raise DateError(f"checkpoint of another plan ({_describe(saved)}) than this one "
+                        f"({_describe(plan.summary())}); resume it under its own plan, or pass "
                         f"replan=True to continue it under this one.")
     return plan.steps_within(state["samples"])
 
 
-def describe(summary: dict[str, Any]) -> str:
+def _describe(summary: dict[str, Any]) -> str:
     """A plan's summary in words: 'batch 128, 50 steps, peak LR 0.002'."""
     return f"batch {summary['batch']}, {summary['steps']} steps, peak LR {summary['peak_lr']:.3g}"
 
@@ -130,4 +124,4 @@ def scheduler_for(optimizer: torch.optim.Optimizer, run: RunPlan | Plan, *, repl
     expect(optimizer, torch.optim.Optimizer, "scheduler_for: optimizer",
            "the torch optimizer to schedule (optimizer_for(model, run))")
     expect(replan, bool, "scheduler_for: replan", "True or False")
-    return plan_scheduler(optimizer, plan, replan)
+    return PlanScheduler(optimizer, plan, replan)

@@ -33,7 +33,7 @@ from date_engine import parse_spec
 from date_engine.models.lenet import LeNet
 from date_engine.optim.build import build_optimizer
 from date_engine.plan import derive_plan
-from date_engine.schedule import plan_scheduler
+from date_engine.schedule import scheduler_for
 from date_engine.spec import LayerRatioSpec
 
 BASE_LR = {"rmsprop": 1e-3, "adam": 1e-3, "momentum": 0.01, "adagrad": 0.05}
@@ -84,7 +84,7 @@ def train_once(
     opt = build_optimizer(
         model.named_parameters(), replace(plan.optimizer, layer_ratio=ratio), plan.peak_lr
     )
-    sched = plan_scheduler(opt, plan)
+    sched = scheduler_for(opt, plan)
     gen = torch.Generator().manual_seed(seed)
     order = torch.empty(0, dtype=torch.long)
     for _ in range(plan.total_iterations):

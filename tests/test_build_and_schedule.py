@@ -12,7 +12,7 @@ from date_engine.catalog import CATALOG, LAYER_RATIO_DEFAULTS
 from date_engine.optim import DATE, LARS
 from date_engine.optim.build import build_base_optimizer, build_optimizer
 from date_engine.plan import derive_plan
-from date_engine.schedule import plan_scheduler
+from date_engine.schedule import scheduler_for
 from date_engine.spec import OptimizerSpec
 from tests.bounds import close_within, float64_formula
 from tests.conftest import LENET, lenet_spec
@@ -122,7 +122,7 @@ def test_scheduler_gives_every_optimizer_step_the_plan_lr():
     plan = derive_plan(lenet_spec(), 8192)
     p = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([p], lr=plan.peak_lr)
-    sched = plan_scheduler(opt, plan)
+    sched = scheduler_for(opt, plan)
     used = []
     for _ in range(plan.total_iterations):
         used.append(opt.param_groups[0]["lr"])  # the LR this optimizer step runs at
@@ -136,7 +136,7 @@ def test_scheduler_state_round_trips_through_torch_save():
     plan = derive_plan(lenet_spec(), 8192)
     p = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([p], lr=plan.peak_lr)
-    sched = plan_scheduler(opt, plan)
+    sched = scheduler_for(opt, plan)
     for _ in range(50):
         opt.step()
         sched.step()
@@ -145,7 +145,7 @@ def test_scheduler_state_round_trips_through_torch_save():
     buffer.seek(0)
 
     opt2 = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=plan.peak_lr)
-    sched2 = plan_scheduler(opt2, plan)
+    sched2 = scheduler_for(opt2, plan)
     sched2.load_state_dict(torch.load(buffer, weights_only=False))
     opt2.step()
     sched2.step()
