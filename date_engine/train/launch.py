@@ -63,14 +63,15 @@ def launch(config: RunConfig, options: LaunchOptions) -> int:
 
 def train_run(spec: Any, run: Any, folder: str | Path, *, recipe: str | None = None,
               max_steps: int | None = None, resume: bool = False, dry_run: bool = False,
-              precision: str | None = None) -> RunSummary:
+              precision: str | None = None) -> RunSummary | None:
     """Train ``run`` — a RunPlan of ``spec`` (:func:`date_engine.plan_for`) — with ``date
     scale``'s trainer into ``folder``, on as many local processes as its split names (torch's
     elastic agent for more than one), and return its summary. The run is trained as given, not
     derived again. ``recipe``: a registered name or ``package.module:function`` (default the
     spec's); ``max_steps``: stop (checkpointed) after that many optimizer steps; ``resume``:
-    continue from the folder's newest checkpoint. A run that ends without a summary (refused
-    input, a non-finite loss) raises :class:`~date_engine.errors.DateError` naming the folder."""
+    continue from the folder's newest checkpoint; ``dry_run``: check it in a few tiny steps (None
+    is returned). A run that ends without a summary (refused input, a non-finite loss) raises
+    :class:`~date_engine.errors.DateError` naming the folder."""
     from date_engine.errors import DateError, expect
     from date_engine.recipes import spec_recipe
     from date_engine.runplan import RunPlan
@@ -94,7 +95,7 @@ def train_run(spec: Any, run: Any, folder: str | Path, *, recipe: str | None = N
         max_steps=max_steps, precision=precision or spec.train.precision,
         rerun_command=f"train_run(spec, run, {str(folder)!r}, resume=True)")
     code = launch(config, LaunchOptions(nproc=run.split.world_size))
-    summary = None if dry_run else RunFolder(folder).read_summary()
+    summary = RunFolder(folder).read_summary() if not dry_run else None
     if summary is None and (code or not dry_run):
         raise DateError(f"train_run: the run in {folder} ended with exit code {code} and no "
                         "summary; its messages above say why.")
