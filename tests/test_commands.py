@@ -3,6 +3,8 @@ Python entry to the bundled trainer (`train_run`): the run derived once and hand
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from date_engine import DateError, PlanError, RunPlan, load_spec, plan_for, train_run
@@ -58,6 +60,9 @@ def test_train_run_trains_the_run_it_is_given_and_returns_its_summary(tmp_path):
     assert (summary.steps, summary.total_steps, summary.stopped_by) == \
         (3, run.plan.total_iterations, "max-steps")
     assert RunPlan.from_dict(summary.plan) == run
+    record = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert "run" not in record and record["batch"] == 64  # the run is plan.json's, once
+    assert RunPlan.from_dict(json.loads((tmp_path / "run" / "plan.json").read_text())) == run
     again = train_run(spec, run, tmp_path / "run", resume=True)
     assert again.finished and again.steps == run.plan.total_iterations
     other = spec_with(spec, ["baseline.lr=0.5"])

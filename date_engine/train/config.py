@@ -64,8 +64,13 @@ class RunConfig:
         """curves.png at the end: not for a dry run or a brief one."""
         return not self.dry_run and not self.brief
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, default=str)
+    def to_json(self, record: bool = False) -> str:
+        """The config as JSON: whole, as the workers read it; ``record``: for the run folder's
+        config.json, without ``run`` (plan.json beside it holds the run)."""
+        fields = asdict(self)
+        if record:
+            del fields["run"]
+        return json.dumps(fields, indent=2, default=str)
 
     @classmethod
     def read(cls, path: str | Path) -> RunConfig:

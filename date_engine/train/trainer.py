@@ -202,7 +202,7 @@ class Trainer:
                               if self.run.split.sharded else None):
             self.console.print(line, soft_wrap=isinstance(line, Text))  # the plan's tables wrap
         self.folder.write_record(self.spec.model_dump(mode="json", exclude_none=True),
-                                 self.config.to_json(), self.run)
+                                 self.config.to_json(record=True), self.run)
 
     # ------------------------------------------------------------------ resume
 
