@@ -269,6 +269,13 @@ def test_resume_with_another_batch_is_refused_unless_replanned(uninterrupted, tm
     )
     assert replanned.returncode == 0, replanned.stderr
     assert "continuing its weights at step 20 of the new plan" in replanned.stdout
+    # the optimizer's state goes on, its settings are the new plan's, not the checkpoint's
+    plan = json.loads((out / "plan.json").read_text())
+    saved = torch.load(out / "checkpoints" / "step-00000022.pt", weights_only=False)
+    for group in saved["optimizer"]["param_groups"]:
+        assert group["alpha"] == plan["optimizer"]["options"]["alpha"] != 0.99 ** 16
+        assert group["eps"] == plan["optimizer"]["options"]["eps"]
+    assert max(g["initial_lr"] for g in saved["optimizer"]["param_groups"]) == plan["peak_lr"]
 
 
 def test_a_new_run_does_not_overwrite_checkpoints(uninterrupted):

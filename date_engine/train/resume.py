@@ -142,11 +142,16 @@ def restore(found: ckpt.Found | None, model, optimizer, scaler, noise, run: RunP
         seed_everything(process_seed(seed, rank))  # dropout etc. differ per process
         return ResumePoint()
     payload = found.payload
+    planned = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
     if payload.get("sharded"):
         shards.load(found.path, payload, model, optimizer)
     else:
         model.load_state_dict(payload["model"])
         optimizer.load_state_dict(payload["optimizer"])
+    if mismatch:  # the state goes on; the settings (LR, β2, ε, λ) are the new plan's, not the
+        for group, settings in zip(optimizer.param_groups, planned):  # checkpoint's groups'
+            group.pop("initial_lr", None)
+            group.update(settings)
     if scaler is not None and payload.get("scaler"):
         scaler.load_state_dict(payload["scaler"])
     console.print(f"resuming from {found.path} (step {payload['step']})", soft_wrap=True)
