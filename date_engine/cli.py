@@ -20,7 +20,7 @@ from rich.console import Console
 from date_engine import cli_options as o
 from date_engine.checks import check_launch, output_file, output_folder, parse_size
 from date_engine.errors import DateError, as_command_line
-from date_engine.probe import DEFAULT_POINTS, DEFAULT_SHARE
+from date_engine.probe import DEFAULT_BRANCH_POINTS, DEFAULT_POINTS, DEFAULT_SHARE
 from date_engine.sweep.schemes import DEFAULT_LR_GRID
 
 app = typer.Typer(
@@ -190,10 +190,13 @@ def probe_command(
     budget_minutes: o.MinutesOpt = None, nproc: o.NprocOpt = 1,
     micro_batch: o.ProbeMicroOpt = None, overrides: o.SetOpt = None,
     output_dir: o.ProbeOutputOpt = None, lr_check: o.LRCheckOpt = True,
+    batch: o.ProbeBatchOpt = None, branch_points: o.BranchPointsOpt = DEFAULT_BRANCH_POINTS,
+    branch_samples: o.BranchSamplesOpt = None,
 ) -> None:
     """Measure the gradient noise scale over the first part of the baseline's training, check
     whether a larger LR would train it faster, and forecast what larger batches cost: writes
-    probe.json for date plan --probe."""
+    probe.json for date plan --probe. With --batch B, also branch from the probe's checkpoints at
+    larger batches up to B: the critical batch and B's LR and second moment, measured."""
     from date_engine.commands import spec_of
     from date_engine.recipes import spec_recipe
 
@@ -205,10 +208,18 @@ def probe_command(
         check_launch(nproc)
         probing.check_probe(spec, nproc, micro_batch)  # refused up front
         folder, resume = probing.probe_folder(output_dir, recipe.name, spec)
-        options = probing.ProbeOptions(share=share, points=points, max_minutes=budget_minutes,
-                                       nproc=nproc, micro_batch=micro_batch, resume=resume,
-                                       lr_check=lr_check)
+        options = probing.ProbeOptions(
+            share=share, points=points, max_minutes=budget_minutes, nproc=nproc,
+            micro_batch=micro_batch, resume=resume, lr_check=lr_check,
+            target_batch=parse_size(batch, "--batch") if batch is not None else None,
+            branch_points=branch_points,
+            branch_samples=parse_size(branch_samples, "--branch-samples")
+            if branch_samples is not None else None)
+        cost = probing.branch_budget(spec, recipe, options) \
+            if options.target_batch is not None else None  # refused up front, as every input
         command = _command_line("probe")
+    if cost is not None:
+        _stderr().print(cost.line(), markup=False, soft_wrap=True)
     if resume:
         _stderr().print(f"continuing the interrupted probe in {folder} from its newest "
                         "checkpoint.", markup=False)

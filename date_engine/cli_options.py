@@ -136,6 +136,16 @@ LRCheckOpt = Annotated[bool, typer.Option(
     "--lr-check/--no-lr-check", help="Train the probe's steps again at twice the baseline's LR: "
     "where that does not lower the loss, the forecast expects no steps saved at a larger batch "
     "(about doubles the probe's time).")]
+ProbeBatchOpt = Annotated[Optional[str], opt(
+    "--batch", "-b", help="Target batch (e.g. 8192 or 8k): branch from the probe's checkpoints at "
+    "the baseline's batch, 2×, 4×, ... up to it, and try the target's LR and second moment there; "
+    "date plan then reads the measured critical batch and settings (docs/noise.md, Branches).")]
+BranchPointsOpt = Annotated[int, typer.Option(
+    "--branch-points", min=1, help="Checkpoints to branch from, spread over the probe's steps "
+    "(fewer where the budget needs; the probe says so).")]
+BranchSamplesOpt = Annotated[Optional[str], opt(
+    "--branch-samples", help="The branches' budget in samples, all together (default: the larger "
+    "of one baseline run and a tenth of the target's).")]
 ProbeOutputOpt = Annotated[Optional[Path], path_opt(
     "--output-dir", "-o", help="Probe folder: probe.json, probe.png and the training run "
     "(default: runs/<recipe>-probe, then -2, -3, ...).")]

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field, fields
 from fractions import Fraction
 from typing import Any, Literal
 
+from date_engine.branches import Measurement, TargetSettings
 from date_engine.catalog import BatchRule, OptimizerSettings, entry
 from date_engine.errors import PlanError, expect, named
 from date_engine.forecast import Forecast, NoiseCurve, forecast
@@ -173,6 +174,10 @@ class Plan:
     schedule: Schedule = field(default_factory=Schedule)
     """The baseline's shape after warmup, kept (date_engine/shapes.py); DATE's linear decay to the
     floor by default."""
+    measured: Measurement | None = None
+    """What the probe's branches measured (``date probe --batch``): the critical batch over
+    samples, and at their target batch the LR exponent and second moment this plan takes where
+    it is that batch (docs/noise.md, "Branches"); None without."""
     grad_clip: float | None = None
     """The baseline's gradient clipping (``train.grad_clip``), the global norm every optimizer
     step is clipped to, kept at every batch; None: no clipping. ``date scale``, ``--emit`` and the
@@ -328,6 +333,8 @@ class Plan:
             del values["schedule"]
         if self.grad_clip is None:
             del values["grad_clip"]
+        if self.measured is None:  # the plans of earlier versions read as before
+            del values["measured"]
         return _json_values(values)
 
     @classmethod
@@ -345,6 +352,8 @@ class Plan:
                 ahead["holding_batch"] = ahead.pop("critical_batch")
             values["forecast"] = Forecast(**ahead)
         values["ramp"] = tuple(BatchStage(**stage) for stage in values.get("ramp", ()))
+        if values.get("measured") is not None:
+            values["measured"] = Measurement.from_dict(values["measured"])
         if values.get("schedule") is not None:
             values["schedule"] = Schedule.from_dict(values["schedule"])
         else:
@@ -402,14 +411,20 @@ _NAMED_REASONS = {"sqrt": "sqrt scaling (the paper)", "linear": "linear scaling 
                   "none": "no scaling"}
 
 
-def _peak_lr(d: _Ledger, spec: Spec, k: float, curve: NoiseCurve | None
-             ) -> tuple[str, float, float, str]:
+def _peak_lr(d: _Ledger, spec: Spec, k: float, curve: NoiseCurve | None,
+             taken: TargetSettings | None = None) -> tuple[str, float, float, str]:
     """η: the spec's ``date.scaling`` if it names one, else the rule's — √k for the paper's, k^p
     with the optimizer family's p for the default rule (its probed p where the probe's ``curve``
-    carries an LR check that found room). Returns (scaling, p, η, the one line that says which
-    exponent was taken, why, and what would change it)."""
+    carries an LR check that found room), or the exponent the probe's branches measured best at
+    this batch (``taken``). Returns (scaling, p, η, the one line that says which exponent was
+    taken, why, and what would change it)."""
     eta0, date = spec.baseline.lr, spec.date
     scaling = date.scaling or ("sqrt" if date.rule == "paper" else "power")
+    if taken is not None:
+        p = taken.lr_exponent
+        peak = d("η", "peak_lr", k**p * eta0, f"k^{p:g} · η0", f"{fmt(k)}^{p:g} · {eta0:.5g}",
+                 "measured: branches at this batch")
+        return scaling, p, peak, _measured_note(taken)
     if scaling == "power":
         rule = entry(spec.baseline.optimizer.name).batch_rule
         p, reason = rule.lr_exponent, rule.lr_reason
@@ -465,14 +480,35 @@ def _probed(rule: BatchRule, curve: NoiseCurve | None) -> tuple[float, str, str]
                                f"raises it to {q:g}: date probe SPEC.")
 
 
-def _optimizer(d: _Ledger, spec: Spec, k: float, p: float) -> OptimizerSettings:
+def _measured_note(taken: TargetSettings) -> str:
+    """The plan's one line on the settings it took from the probe's branches."""
+    moment = {"scaled": "the second moment as the rule scales it",
+              "fixed": "the baseline's second moment"}[taken.second_moment]
+    if not taken.stable:
+        return (f"LR exponent {taken.lr_exponent:g} and {moment}, measured: no setting of the "
+                f"{taken.tried} branched at batch {taken.batch:,} was stable; these are the most "
+                "cautious tried (a smaller batch may hold: see the critical batch).")
+    return (f"LR exponent {taken.lr_exponent:g} and {moment}, measured: the stable setting with "
+            f"the lowest loss of the {taken.tried} the probe branched at batch {taken.batch:,} "
+            f"(at its peak LR, from sample {taken.at_samples:,}).")
+
+
+def _optimizer(d: _Ledger, spec: Spec, k: float, p: float,
+               second_moment: str | None = None) -> OptimizerSettings:
     """The optimizer that runs: the baseline's options, and under the default rule the
-    second-moment decay, ε and decoupled weight decay scaled with k (docs/algorithm.md §6)."""
+    second-moment decay, ε and decoupled weight decay scaled with k (docs/algorithm.md §6);
+    ``second_moment``: the branches' measured choice, in place of ``date.second_moment``."""
     opt, ratio = spec.baseline.optimizer, spec.date.layer_ratio
     options = opt.options()
     rule = entry(opt.name).batch_rule
     if spec.date.rule == "date" and rule is not None and k != 1:
-        if spec.date.second_moment == "fixed":
+        if second_moment == "fixed" and rule.second_moment is not None:  # measured: shown
+            key = "alpha" if rule.second_moment == "alpha" else "betas"
+            kept = options[key] if key == "alpha" else options[key][1]
+            d("α" if key == "alpha" else "β2", "optimizer." + ("alpha" if key == "alpha" else
+                                                             "betas[1]"),
+              kept, "the baseline's", f"{kept:g}", "measured: branches at this batch")
+        elif (second_moment or spec.date.second_moment) == "fixed":
             pass
         elif rule.second_moment == "alpha":
             options["alpha"] = d("α", "optimizer.alpha", options["alpha"] ** k, "α^k",
@@ -507,13 +543,16 @@ def require_spec(spec: Any, caller: str) -> None:
 def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
                 dataset_size_source: str = "the training data", multiple_of: int = 1,
                 noise_curve: NoiseCurve | None = None,
-                ramp_changes: tuple[Change, ...] = ()) -> Plan:
+                ramp_changes: tuple[Change, ...] = (),
+                measured: Measurement | None = None) -> Plan:
     """Derive the plan for training ``spec``'s baseline at global batch ``batch``.
 
     ``dataset_size`` is n when the spec does not give ``baseline.dataset_size`` (from a recipe or
     the data, named by ``dataset_size_source``). ``noise_curve`` is the baseline's measured
     B_noise(e) (a probe's): with it the plan forecasts the epochs the batch needs, and
-    ``date.budget: hold`` trains them. ``ramp_changes`` are the moves up a measured ramp made
+    ``date.budget: hold`` trains them. ``measured``: what a probe's branches measured; at their
+    target batch, under the default rule and no ``date.scaling``, the plan takes the LR exponent
+    and second moment they found best. ``ramp_changes`` are the moves up a measured ramp made
     (:func:`date_engine.ramp.follow`); the plan of a run that made them (ValueError if no run
     could have). Raises :class:`PlanError` when no sound plan exists
     (docs/algorithm.md §2); a batch it suggests instead is a multiple of ``multiple_of`` (the
@@ -537,7 +576,10 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         raise PlanError(f"the baseline would take {i0:,} optimizer steps (⌈E · n / B0⌉), more than "
                         f"{MAX_STEPS:,}; check baseline.epochs, dataset_size and batch_size.")
     k = d("k", "scale", batch / b0, "B / B0", f"{fmt(batch)} / {fmt(b0)}")
-    scaling, p, peak, lr_note = _peak_lr(d, spec, k, noise_curve)
+    taken = measured.settings if measured is not None and measured.settings is not None and \
+        measured.settings.batch == batch and date.rule == "date" and date.scaling is None and \
+        batch != b0 else None
+    scaling, p, peak, lr_note = _peak_lr(d, spec, k, noise_curve, taken)
     warmup = date.warmup or "legw"
     total_epochs = i0 * b0 / n
     stages, ramp_samples = (
@@ -562,7 +604,7 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
     floor = date.lr_floor if schedule.is_date_default or date.lr_floor != LR_FLOOR else 0.0
     _refuse_unsound(spec, batch, k, warmup_epochs, total_epochs,
                     largest_batch(spec, n, multiple_of), peak, floor)
-    optimizer = _optimizer(d, spec, k, p)
+    optimizer = _optimizer(d, spec, k, p, taken.second_moment if taken else None)
     if stages and stages[-1].batch != batch:  # the ramp ends below the target: it runs its last
         optimizer = OptimizerSettings(optimizer.name, dict(stages[-1].options),
                                       optimizer.layer_ratio, optimizer.decay_exempt)
@@ -577,7 +619,7 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         max_legw_batch=max_batch, optimizer=optimizer, derivations=tuple(d.rows),
         budget=date.budget, noise_curve=noise_curve, forecast=ahead, ramp=stages,
         ramp_mode=date.ramp, ramp_reach=date.ramp_reach, rules_version=RULES_VERSION,
-        schedule=schedule, grad_clip=spec.train.grad_clip,
+        schedule=schedule, grad_clip=spec.train.grad_clip, measured=measured,
     )
 
 

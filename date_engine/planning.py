@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from date_engine.branches import Measurement
 from date_engine.errors import PlanError, expect, named
 from date_engine.forecast import NoiseCurve
 from date_engine.plan import derive_plan, positive_int, require_spec, samples_per_epoch
@@ -32,15 +33,16 @@ def plan_for(spec: Spec | str | Path, batch: int | None = None, *, devices: int 
              dataset_size: int | None = None, overrides: Iterable[str] = (),
              probe: str | Path | None = None, budget: str | None = None,
              ramp_changes: tuple[Change, ...] = (),
-             noise_curve: NoiseCurve | None = None) -> RunPlan:
+             noise_curve: NoiseCurve | None = None,
+             measured: Measurement | None = None) -> RunPlan:
     """The plan of ``spec`` at global ``batch`` over ``devices`` processes and its exact split
     (micro-batch × devices × accumulation): the one way every command, the trainer and the
     adapters derive a run. Without ``batch``, the batch is ``devices × micro_batch`` (one pass
     per step). ``spec`` may be a Spec, a YAML path or a shipped baseline's name; n comes from the
     spec, else ``recipe`` (by default the one the spec names, as ``date plan`` takes it), else
     ``dataset_size``. ``ramp_changes``: the moves up a measured batch ramp a run made;
-    ``noise_curve``: the probe's curve the run's plan already holds (the trainer re-derives a
-    moved ramp from it and reads no file)."""
+    ``noise_curve``, ``measured``: the probe's curve and branch measurements the run's plan
+    already holds (the trainer re-derives a moved ramp from them and reads no file)."""
     expect(spec, (Spec, str, Path), "plan_for: spec", "a validated Spec (baseline(...), "
            "load_spec(path)), a YAML path or a shipped baseline's name")
     spec = spec_with(spec, overrides, probe=probe, budget=budget)
@@ -53,7 +55,7 @@ def plan_for(spec: Spec | str | Path, batch: int | None = None, *, devices: int 
                             "their product).")
         batch = devices * micro_batch
     return _resolve(spec, batch, devices, micro_batch, recipe, dataset_size, ramp_changes,
-                    noise_curve)
+                    noise_curve, measured)
 
 
 def _recipe(recipe: Any) -> Recipe | None:
@@ -74,6 +76,7 @@ def _resolve(
     dataset_size: int | None = None,
     ramp_changes: tuple[Change, ...] = (),
     noise_curve: NoiseCurve | None = None,
+    measured: Measurement | None = None,
 ) -> RunPlan:
     """The plan and batch split a run of ``spec`` at global ``batch`` trains with.
 
@@ -83,8 +86,8 @@ def _resolve(
     ``micro_batch`` (the command line), else ``train.micro_batch``, else the recipe's default
     fitted to each process's share (the largest divisor of it not above the default), else the
     whole share. ``ramp_changes``: the moves up a measured batch ramp the run made;
-    ``noise_curve``: the probe's curve the run's plan already holds (a move re-derives the plan
-    from it and reads no file).
+    ``noise_curve``, ``measured``: the probe's curve and branch measurements the run's plan
+    already holds (a move re-derives the plan from them and reads no file).
     """
     require_spec(spec, "plan_for")
     batch = positive_int(named("batch", "--batch"), batch)
@@ -93,12 +96,14 @@ def _resolve(
     else:
         n, source = dataset_size, "the training data"
     world_size = positive_int(named("devices", "--nproc"), world_size)
-    curve = noise_curve
+    curve, measured = noise_curve, measured
     if curve is None and spec.date.probe is not None:
         samples, _ = samples_per_epoch(spec, n, source)
-        curve = Probe.read(spec.date.probe).matching(baseline_identity(spec, samples)).curve
+        probe = Probe.read(spec.date.probe).matching(baseline_identity(spec, samples))
+        curve, measured = probe.curve, probe.measurement
     plan = derive_plan(spec, batch, dataset_size=n, dataset_size_source=source,
-                       multiple_of=world_size, noise_curve=curve, ramp_changes=ramp_changes)
+                       multiple_of=world_size, noise_curve=curve, ramp_changes=ramp_changes,
+                       measured=measured)
     micro = micro_batch if micro_batch is not None else spec.train.micro_batch
     if micro == "auto":  # the whole share until the run has tried what fits (train/fit.py)
         micro = None

@@ -25,18 +25,30 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from date_engine.branches import (
+    Branch,
+    BranchCost,
+    CriticalBatch,
+    Measurement,
+    TargetSettings,
+)
 from date_engine.errors import DateError
 from date_engine.files import read_small_text
 from date_engine.forecast import NoiseCurve
 
-__all__ = ["DEFAULT_POINTS", "DEFAULT_SHARE", "LR_CHECK_FACTOR", "PROBE_FORMAT", "LRCheck",
-           "NoisePoint", "Probe", "baseline_identity", "probe_points", "second_half_loss"]
+__all__ = ["DEFAULT_BRANCH_POINTS", "DEFAULT_POINTS", "DEFAULT_SHARE", "LR_CHECK_FACTOR",
+           "PROBE_FORMAT", "LRCheck", "NoisePoint", "Probe", "baseline_identity", "probe_points",
+           "second_half_loss"]
 
-PROBE_FORMAT = 2
+PROBE_FORMAT = 3
+READS_FORMATS = (2, 3)
+"""2: before branches (a probe of that format reads as one without them)."""
 DEFAULT_SHARE = 0.08
 """The share of the baseline's optimizer steps a probe trains (docs/noise.md: how much it must
 see)."""
 DEFAULT_POINTS = 8
+DEFAULT_BRANCH_POINTS = 3
+"""Checkpoints ``date probe --batch`` branches from, spread over its steps."""
 LR_CHECK_FACTOR = 2.0
 """The LR check trains the probe's steps again at this multiple of the baseline's LR."""
 
@@ -120,6 +132,15 @@ class Probe:
     run_dir: str = ""
     lr_check: LRCheck | None = None
     """The LR check (``date probe`` runs it unless --no-lr-check; None in probes without it)."""
+    target_batch: int | None = None
+    """The batch ``date probe --batch`` branched up to (None: a probe without branches)."""
+    branches: tuple[Branch, ...] = ()
+    """Every branch run (:mod:`date_engine.branches`), judged."""
+    critical_batch: tuple[CriticalBatch, ...] = ()
+    """Per checkpoint branched from, the largest batch that kept up."""
+    settings: TargetSettings | None = None
+    """The settings at ``target_batch`` the branches measured best (the plan takes them)."""
+    branch_cost: BranchCost | None = None
     format: int = PROBE_FORMAT
     curve: NoiseCurve = field(init=False)
     path: str = field(default="", compare=False)
@@ -163,6 +184,13 @@ class Probe:
         object.__setattr__(self, "curve", curve)
 
     @property
+    def measurement(self) -> Measurement | None:
+        """What the branches measured, for the plan (None: a probe without branches)."""
+        if self.target_batch is None or not self.critical_batch:
+            return None
+        return Measurement(self.target_batch, self.critical_batch, self.settings)
+
+    @property
     def share(self) -> float:
         return self.steps / self.baseline_steps
 
@@ -198,10 +226,11 @@ class Probe:
         from pydantic import TypeAdapter, ValidationError
 
         again = "run date probe SPEC again"
-        if not isinstance(data, dict) or data.get("format") != PROBE_FORMAT:
+        if not isinstance(data, dict) or data.get("format") not in READS_FORMATS:
             raise DateError(f"probe {path}: not a probe.json of this version of date_engine "
                             f"(format {PROBE_FORMAT}); {again}.")
         data = {k: v for k, v in data.items() if k not in ("curve", "path")}
+        data["format"] = PROBE_FORMAT  # an older format's probe: the same, without branches
         try:
             probe = TypeAdapter(cls).validate_json(json.dumps(data), strict=True)
         except ValidationError as exc:

@@ -83,16 +83,19 @@ def _describe(summary: dict[str, Any]) -> str:
     return f"batch {summary['batch']}, {summary['steps']} steps, peak LR {summary['peak_lr']:.3g}"
 
 
-def set_lr(optimizer: torch.optim.Optimizer, plan: Plan, step: int) -> float:
+def set_lr(optimizer: torch.optim.Optimizer, plan: Plan, step: int, *, scale: float = 1.0,
+           constant: float | None = None) -> float:
     """Set every group's LR for optimizer step ``step`` (1-based) and return lr(step).
 
     A group keeps its proportion to the plan's peak: the LR it was built with is remembered as
     ``initial_lr`` (the key torch's schedulers use) and scaled by lr(step) / η (a group built at
     η runs at lr(step) exactly). Being a function of
     the step alone, it needs no state of its own in a checkpoint. With a batch ramp it also sets
-    the base optimizer's options (β2, ε, ...) the plan derived at the step's batch.
+    the base optimizer's options (β2, ε, ...) the plan derived at the step's batch. ``scale``
+    multiplies the schedule (the spike guard's lowered LR); ``constant`` replaces it (a probe's
+    branch trains at one LR).
     """
-    lr = plan.lr(step)
+    lr = (constant if constant is not None else plan.lr(step)) * scale
     stage = plan.stage_at(step)
     for group in optimizer.param_groups:
         initial = group.setdefault("initial_lr", group["lr"])

@@ -55,6 +55,13 @@ class RunConfig:
     user's OMP_NUM_THREADS, else the cores idle when the run starts (machine.choose_threads),
     and on resume the run's own, so that it goes on bit for bit."""
     threads_why: str = ""
+    branch_lr: float | None = None
+    """A probe's branch (date_engine/train/branches.py): train at this constant LR (every group
+    at its ratio to the plan's peak) instead of the plan's schedule."""
+    evaluate_at_stop: bool = False
+    """Evaluate at the step the run stops at, not only at the plan's last (a probe's branch)."""
+    quiet: bool = False
+    """Show nothing but errors (a probe's branch: the probe says one line for it)."""
     brief: bool = False
     """Say in one line what is trained instead of showing the plan, and end without the summary
     table and curves.png: for a run that is part of another command (``date probe``)."""

@@ -6,14 +6,28 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
+from date_engine.branches import (
+    BranchCost,
+    branch_cost,
+    choose_settings,
+    critical_batches,
+    judge,
+    ladder,
+    setting_count,
+)
+from date_engine.catalog import entry
 from date_engine.errors import DateError
 from date_engine.planning import plan_for
 from date_engine.probe import (
+    DEFAULT_BRANCH_POINTS,
     DEFAULT_POINTS,
     DEFAULT_SHARE,
     LR_CHECK_FACTOR,
@@ -26,12 +40,13 @@ from date_engine.probe import (
 from date_engine.runfolder import RunFolder
 from date_engine.runplan import largest_divisor
 from date_engine.spec import parse_spec
+from date_engine.train.branches import branch_jobs, branch_spec, run_branch
 from date_engine.train.config import RunConfig
 from date_engine.train.launch import LaunchOptions, launch
 from date_engine.train.trainer import EXIT_NONFINITE
 
-__all__ = ["ProbeOptions", "check_probe", "measuring_micro_batch", "probe_folder",
-           "probe_state", "run_probe"]
+__all__ = ["ProbeOptions", "branch_budget", "check_probe", "measuring_micro_batch",
+           "probe_folder", "probe_state", "run_probe"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +62,13 @@ class ProbeOptions:
     """Continue the interrupted probe in the folder (:func:`probe_state`)."""
     lr_check: bool = True
     """Train the probe's steps again at LR_CHECK_FACTOR × the baseline's LR (:class:`LRCheck`)."""
+    target_batch: int | None = None
+    """Branch from the probe's checkpoints at batches up to this one (:mod:`date_engine.branches`);
+    None: no branches."""
+    branch_points: int = DEFAULT_BRANCH_POINTS
+    """Checkpoints to branch from, spread over the probe's steps (fewer where the budget needs)."""
+    branch_samples: int | None = None
+    """The branches' budget in samples, all together (default: :func:`branch_cost`'s)."""
 
 
 def probe_state(folder: Path, spec: Any) -> str:
@@ -123,37 +145,60 @@ def measuring_micro_batch(batch: int, world_size: int, micro_batch: int | None) 
 
 def run_probe(spec_path: Path, spec: Any, recipe: Any, options: ProbeOptions, folder: Path,
               command: str = "") -> tuple[Probe | None, int]:
-    """Train the probe into ``folder``/run and write ``folder``/probe.json. Returns the probe
-    (None if the run stopped before measuring enough) and the training's exit code."""
+    """Train the probe into ``folder``/run (with a target batch, in stages that leave a
+    checkpoint at each point branched from, kept in ``folder``/points), check the LR, train the
+    branches, and write ``folder``/probe.json. Returns the probe (None if the run stopped before
+    measuring enough) and the training's exit code."""
     batch = spec.baseline.batch_size
     micro = measuring_micro_batch(batch, options.nproc, options.micro_batch)
     run = plan_for(spec, batch, devices=options.nproc, micro_batch=micro, recipe=recipe)
     plan, split = run.plan, run.split
-    steps = max(math.ceil(options.share * plan.total_iterations), 2 * options.points)
+    steps = min(max(math.ceil(options.share * plan.total_iterations), 2 * options.points),
+                plan.total_iterations)
+    cost = branch_budget(spec, recipe, options) if options.target_batch else None
+    stops = [max(round(steps * (i + 1) / cost.points), 1) for i in range(cost.points)] \
+        if cost else [steps]
     run_dir = folder / "run"
     folder.mkdir(parents=True, exist_ok=True)
     config = RunConfig(
         spec=spec.model_dump(mode="json", exclude_none=True), spec_path=str(spec_path),
         recipe=recipe.name if ":" not in (spec.recipe or "") else spec.recipe, batch=batch,
         world_size=options.nproc, micro_batch=micro, output_dir=str(run_dir),
-        run=run.to_dict(), max_steps=min(steps, plan.total_iterations),
+        run=run.to_dict(), max_steps=steps,
         max_seconds=options.max_minutes * 60 if options.max_minutes else None,
         precision=spec.train.precision, measure_pairs=True, resume=options.resume,
         brief=True)
     began = time.perf_counter()
     trained_in = RunFolder(run_dir)
-    summary = trained_in.read_summary() if options.resume else None
-    # a probe stopped during its LR check continues there, its own run already trained
-    trained = summary is not None and summary.stopped_by in ("max-steps", "time-limit")
-    code = 0 if trained else launch(config, LaunchOptions(nproc=options.nproc))
+    points: list[tuple[Path, int]] = []
+    code = 0
+    for stop in stops:
+        kept = folder / "points" / trained_in.checkpoint_path(stop).name
+        summary = trained_in.read_summary()
+        if not kept.exists() and not (summary is not None and summary.stopped_by == "time-limit"):
+            code = launch(dataclasses.replace(config, max_steps=stop, resume=bool(
+                trained_in.checkpoints())), LaunchOptions(nproc=options.nproc))
+            if code:
+                break
+            summary = trained_in.read_summary()
+            if cost is not None and summary is not None and summary.steps == stop:
+                kept.parent.mkdir(exist_ok=True)
+                shutil.copyfile(trained_in.checkpoint_path(stop), kept)
+        if kept.exists():
+            points.append((kept, run.samples_through(stop)))
     summary = trained_in.read_summary()
-    points = probe_points(trained_in.read_metrics(), options.points)
-    usable = [p for p in points if p.noise_scale is not None]
+    points_measured = probe_points(trained_in.read_metrics(), options.points)
+    usable = [p for p in points_measured if p.noise_scale is not None]
     if code or summary is None or len({p.epoch for p in usable}) < 2:
         return None, code or 1
     check = None
     if options.lr_check:
         check, code = _lr_check(config, recipe, summary.steps, folder / "lr-check", options)
+        if code:
+            return None, code
+    branched: dict[str, Any] = {}
+    if cost is not None and points:
+        branched, code = _branches(config, recipe, options, cost, points, folder / "branches")
         if code:
             return None, code
     probe = Probe(
@@ -163,9 +208,63 @@ def run_probe(spec_path: Path, spec: Any, recipe: Any, options: ProbeOptions, fo
         micro_batch=split.micro_batch, world_size=split.world_size,
         accumulation_steps=split.accumulation_steps,
         wall_seconds=round(summary.wall_time_s or (time.perf_counter() - began), 3),
-        points=points, command=command, run_dir=str(run_dir), lr_check=check)
+        points=points_measured, command=command, run_dir=str(run_dir), lr_check=check,
+        **branched)
     probe.write(folder / "probe.json")
     return probe, 0
+
+
+def branch_budget(spec: Any, recipe: Any, options: ProbeOptions) -> BranchCost:
+    """The branches' points and length within the budget: one baseline run, or a tenth of the
+    target's in the baseline's epochs, whichever is larger (``options.branch_samples`` given:
+    that); a DateError where not one point fits, before anything trains."""
+    mapping = spec.model_dump(mode="json", exclude_none=True)
+    target = plan_for(parse_spec(branch_spec(mapping, spec.train.seed, "scaled")),
+                      options.target_batch, devices=options.nproc, recipe=recipe)
+    settings = setting_count(target.plan.lr_exponent, _adaptive(spec))
+    plan = plan_for(spec, spec.baseline.batch_size, devices=options.nproc, recipe=recipe).plan
+    return branch_cost(spec.baseline.batch_size, options.target_batch, options.branch_points,
+                       settings, plan.total_iterations * plan.baseline_batch,
+                       target.plan.total_iterations * options.target_batch,
+                       options.branch_samples)
+
+
+def _adaptive(spec: Any) -> bool:
+    """The rule scales this optimizer's second-moment decay (so both are branched)."""
+    rule = entry(spec.baseline.optimizer.name).batch_rule
+    return rule is not None and rule.second_moment is not None and spec.date.rule == "date"
+
+
+def _branches(probed: RunConfig, recipe: Any, options: ProbeOptions, cost: BranchCost,
+              points: list[tuple[Path, int]], folder: Path) -> tuple[dict[str, Any], int]:
+    """Train every branch (:func:`branch_jobs`), judge them, and return probe.json's fields:
+    ``target_batch``, ``branches``, ``critical_batch``, ``settings``, ``branch_cost``."""
+    spec = parse_spec(probed.spec, source=probed.spec_path)
+    target = options.target_batch
+    rungs = ladder(spec.baseline.batch_size, target)
+    planned = plan_for(parse_spec(branch_spec(probed.spec, spec.train.seed, "scaled"),
+                                  source=probed.spec_path), target, devices=options.nproc,
+                       recipe=recipe).plan
+    raw, said = [], Console(stderr=True, highlight=False)
+    jobs = branch_jobs(points, rungs, cost.samples, spec.train.seed, planned.lr_exponent,
+                       _adaptive(spec))
+    for job in jobs:
+        branch, code = run_branch(job, probed, recipe, folder, planned.lr_exponent,
+                                  options.nproc)
+        if code:
+            return {}, code
+        raw.append(branch)
+        said.print(f"branch {len(raw)} of {len(jobs)}, batch {job.batch:,} from sample "
+                   f"{job.at_samples:,}" + (f" at its peak LR ×k^{job.lr_exponent:g}, "
+                                            f"{job.second_moment} second moment"
+                                            if job.role == "setting" else "")
+                   + f": {branch.steps:,} steps, loss "
+                   + ("non-finite" if branch.loss is None else f"{branch.loss:.4g}"),
+                   markup=False, soft_wrap=True)
+    judged = judge(raw, recipe.higher_is_better)
+    return {"target_batch": target, "branches": judged,
+            "critical_batch": critical_batches(judged),
+            "settings": choose_settings(judged, target), "branch_cost": cost}, 0
 
 
 def _lr_check(probed: RunConfig, recipe: Any, steps: int, run_dir: Path,

@@ -57,8 +57,8 @@ def run(config: RunConfig) -> int:
     """Train as one process of the job; returns the process's exit code."""
     runtime = setup(config.precision, config.backend, config.compile, force_cpu=config.dry_run,
                     parallel=config.spec.get("train", {}).get("parallel", "ddp"))
-    console = (Console(stderr=config.print_json, highlight=False) if runtime.is_main
-               else Console(quiet=True))
+    console = (Console(stderr=config.print_json, highlight=False)
+               if runtime.is_main and not config.quiet else Console(quiet=True))
     # SIGINT/SIGTERM/SIGUSR1 are this run's until the process group is left: a signal that
     # reaches one process after the job agreed to stop (the launcher signals its workers one after
     # another) must not kill it in the job's last collectives, where its peers would fail with it
@@ -188,7 +188,7 @@ class Trainer:
         return plan_for(self.spec, self.plan.target_batch, devices=split.world_size,
                         micro_batch=split.micro_batch, recipe=self.recipe,
                         dataset_size=len(data.train), ramp_changes=changes,
-                        noise_curve=self.plan.noise_curve)
+                        noise_curve=self.plan.noise_curve, measured=self.plan.measured)
 
     def _announce(self, data: RecipeData) -> None:
         """Show the plan and write the run's record (rank 0)."""
@@ -271,7 +271,7 @@ class Trainer:
         if self.run.dry_steps and self.rt.is_main:  # a dry run reads back what it wrote
             ckpt.read_back(self.folder, step)
         metric = None
-        if step == last and data.eval is not None:
+        if (step == last or self.config.evaluate_at_stop) and data.eval is not None:
             metric = evaluate(self.rt, self.recipe, steps.model, data, step, log)
         log.close()
         wall = time.perf_counter() - began
@@ -338,7 +338,7 @@ class Trainer:
         """Keep the random state after step - 1 (for a checkpoint of it written on the way
         out); set step ``step``'s LR and split; say where a ramp's batch grows. Returns both."""
         self.rng_before = ckpt.capture_rng(numpy=False) if not self.rt.distributed else None
-        lr = set_lr(steps.optimizer, self.plan, step)
+        lr = set_lr(steps.optimizer, self.plan, step, constant=self.config.branch_lr)
         split = self.run.split_at(step)
         steps.accumulation = split.accumulation_steps  # a ramp's stage may change it
         if (stage := self.run.stage_starting(step)) is not None and self.rt.is_main:

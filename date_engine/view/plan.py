@@ -44,6 +44,7 @@ def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64
         _inputs_table(plan),
         _derived_table(plan),
         *([Text(plan.lr_note)] if plan.lr_note else []),
+        *_measured_lines(plan),
         *_forecast_lines(plan),
         _phases_table(plan),
         *_ramp_table(plan, split),
@@ -142,6 +143,31 @@ def _derived_table(plan: Plan) -> Table:
         formula.append(f"\n= {d.inputs}", style="dim")
         table.add_row(d.symbol, _value(d.name, d.value), formula, d.note)
     return table
+
+
+def _measured_lines(plan: Plan) -> list[Text]:
+    """What the probe's branches measured, and which of the plan's numbers rest on it."""
+    m, b = plan.measured, plan.target_batch
+    if m is None or b <= plan.baseline_batch:
+        return []
+    critical = ", ".join(f"{c.batch:,} from sample {c.at_samples:,}" for c in m.critical_batch)
+    text = Text("Measured ", style="bold")
+    text.append(f"by the probe's branches (to batch {m.branched_to:,}): the critical batch, the "
+                f"largest that kept up with the baseline's, was {critical}. ")
+    start = m.keeps_up_from(b)
+    if start is not None:
+        text.append(f"Batch {b:,} kept up from sample {start:,} on.")
+    elif b <= m.branched_to:
+        text.append(f"Batch {b:,} did not keep up on any branch: expect it to need more "
+                    f"samples than the baseline (--budget hold), or train at "
+                    f"{max(c.batch for c in m.critical_batch):,}.", style="yellow")
+    else:
+        text.append(f"Batch {b:,} lies beyond the branches: extrapolated.", style="yellow")
+    marks = Text("η and the second moment: measured at this batch." if m.settings is not None
+                 and m.settings.batch == b and plan.rule == "date" else
+                 "η and the second moment: the rule's, extrapolated (the branches measured them "
+                 f"at batch {m.branched_to:,}).", style="dim")
+    return [text, marks]
 
 
 def _forecast_lines(plan: Plan) -> list[Text]:

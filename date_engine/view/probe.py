@@ -57,7 +57,42 @@ def render_probe(probe: Probe, title: str) -> Group:
         Text(f"B_hold ≈ {hold:,}: the largest batch expected to hold accuracy in the baseline's "
              "epochs (beyond it, reaching its loss takes a third more epochs)."),
     ]
-    return Group(*lines)
+    return Group(*lines, *_branch_lines(probe))
+
+
+def _branch_lines(probe: Probe) -> list:
+    """The branches: each batch's loss against the baseline's, the critical batch per
+    checkpoint, the target's settings, and what they cost."""
+    if not probe.branches:
+        return []
+    table = Table(title=f"Branches to batch {probe.target_batch:,} (docs/noise.md, Branches)",
+                  title_justify="left")
+    for col in ("from sample", "batch", "LR", "β2/α", "steps", "loss", "metric", "verdict"):
+        table.add_column(col, justify="right")
+    for b in probe.branches:
+        verdict = ("baseline" if b.role == "baseline" else "keeps up" if b.keeps_up else
+                   "behind" if b.stable else f"unstable: {b.why}")
+        table.add_row(f"{b.at_samples:,}", f"{b.batch:,}" + (" (peak)" if b.role == "setting"
+                                                             else ""),
+                      f"{b.lr:.4g}", "baseline's" if b.second_moment == "fixed" else "rule's",
+                      f"{b.steps:,}", "—" if b.loss is None else f"{b.loss:.4g}",
+                      "—" if b.metric is None else f"{b.metric:.4g}", verdict)
+    critical = ", ".join(f"{c.batch:,} from sample {c.at_samples:,}"
+                         for c in probe.critical_batch)
+    lines = [table, Text(f"Critical batch (the largest that kept up, τ the baseline branches' "
+                         f"spread): {critical}.")]
+    if probe.settings is not None:
+        s = probe.settings
+        moment = "the rule's" if s.second_moment == "scaled" else "the baseline's"
+        lines.append(Text(
+            f"At batch {s.batch:,}: LR exponent {s.lr_exponent:g} with {moment} second moment "
+            + ("had the lowest loss of the stable settings; date plan --batch "
+               f"{s.batch} --probe takes them." if s.stable else
+               "— none of the settings tried was stable; the plan takes these, the most "
+               "cautious, and says so.")))
+    if probe.branch_cost is not None:
+        lines.append(Text(probe.branch_cost.line()))
+    return lines
 
 
 def lr_check_line(probe: Probe) -> Text:

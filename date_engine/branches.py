@@ -1,0 +1,298 @@
+"""Branch runs: the baseline's own checkpoints continued at larger batches, to measure at the
+target batch what the plan would otherwise extrapolate to it (docs/noise.md, "Branches").
+
+From a checkpoint of the baseline at ``at_samples``, a branch trains the same number of samples
+at batch b with the plan's own settings for b: its schedule from the step its samples reach (its
+LR there, LEGW's warmup included; a branch that would outrun a short plan holds the LR it starts
+at), its β2, ε, λ. The baseline's batch is branched twice, with
+two data orders, and their difference is the spread a branch is read against:
+
+* **tolerance** τ = max(|ℓ₁ − ℓ₂|, ``SPREAD_FLOOR``·mean ℓ) of the two baseline branches' losses
+  ℓ (the mean training loss over each branch's second half of samples), and the same for the
+  recipe's metric at the branch's end;
+* a branch **keeps up** when its loss is at most the baseline branches' mean + τ, and its metric
+  (where the recipe has one) is no worse than theirs by more than the metric's τ;
+* a branch is **unstable** when its loss went non-finite, spiked on the way (:mod:`date_engine.
+  spikes`), or ended more than τ above where it began (its first tenth's mean loss): it lost
+  ground the checkpoint had; a branch that is only behind the baseline's is slow, not unstable;
+* the **critical batch** at a checkpoint is the largest batch b of the ladder such that every
+  branch at or below b keeps up.
+
+At the target batch the probe also branches the settings the plan could take, each at the peak
+LR held constant from the last checkpoint (where a spike would show) — the planned exponent and
+the next lower ones (k^p, k^(p−¼), ... down to √k, or √k and k^¼ where the plan
+takes √k), each, for an adaptive optimizer, with the second-moment decay as the rule scales it
+and as the baseline had it — and :func:`choose_settings` takes the stable one with the lowest
+loss. Plain Python: the plan reads these without torch; the training is
+:mod:`date_engine.train.branches`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from date_engine.errors import DateError
+
+__all__ = ["MIN_BRANCH_STEPS", "SPREAD_FLOOR", "Branch", "BranchCost",
+           "CriticalBatch", "Measurement", "TargetSettings", "branch_cost", "choose_settings",
+           "critical_batches", "exponents_below", "ladder", "reference", "setting_count"]
+
+MIN_BRANCH_STEPS = 12
+"""Optimizer steps of a branch at the target batch, at least: a branch of a few steps at 64×
+says nothing (its loss is still the checkpoint's)."""
+SPREAD_FLOOR = 0.005
+"""τ is never below this share of the baseline branches' mean loss (or metric): two data orders
+can agree by chance."""
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One branch: where it started, what it trained, what it reached."""
+
+    at_samples: int
+    """Samples the baseline had seen at the checkpoint it continues."""
+    batch: int
+    lr: float
+    """The constant LR it trained at (the plan's at that point, its warmup past)."""
+    samples: int
+    steps: int
+    loss: float | None
+    """Mean training loss over the branch's second half of samples; None: it went non-finite."""
+    metric: float | None
+    """The recipe's metric at the branch's end (None: not evaluated, or non-finite)."""
+    stable: bool
+    keeps_up: bool
+    role: Literal["baseline", "ladder", "setting"] = "ladder"
+    """baseline: the baseline's batch (two data orders); ladder: 2×, 4×, ... up to the target at
+    the plan's settings; setting: the target batch at another LR exponent or second moment."""
+    seed: int = 0
+    lr_exponent: float | None = None
+    second_moment: Literal["scaled", "fixed"] = "scaled"
+    why: str = ""
+    """What made it unstable (empty when stable)."""
+    start_loss: float | None = None
+    """Mean training loss over its first tenth of samples (the checkpoint's level)."""
+
+
+@dataclass(frozen=True)
+class CriticalBatch:
+    at_samples: int
+    batch: int
+    """The largest batch of the ladder that keeps up from this checkpoint, with all below it."""
+    tolerance: float
+    """τ of the baseline branches' loss there."""
+
+
+@dataclass(frozen=True)
+class TargetSettings:
+    """The settings the branches at the target batch measured best: the plan takes these."""
+
+    batch: int
+    lr_exponent: float
+    second_moment: Literal["scaled", "fixed"]
+    loss: float | None
+    at_samples: int
+    stable: bool
+    """False: no setting tried was stable; these are the most cautious tried."""
+    tried: int
+
+
+@dataclass(frozen=True)
+class BranchCost:
+    points: int
+    """Checkpoints branched from."""
+    samples: int
+    """Samples each branch trains."""
+    total: int
+    """Samples all branches train."""
+    budget: int
+    baseline_samples: int = 0
+    """One baseline run's samples."""
+    target_samples: int = 0
+    """The target run's samples, in the baseline's epochs."""
+    note: str = ""
+    """One line where fewer points than asked fit the budget."""
+
+    def line(self) -> str:
+        """What the branches cost, as shares of one baseline run and of the target run."""
+        return (f"Branches: {self.total:,} samples ({self.points} checkpoint"
+                f"{'s' * (self.points > 1)}, {self.samples:,} samples a branch) — "
+                f"{self.total / self.baseline_samples:.2f}× one baseline run, "
+                f"{self.total / self.target_samples:.2f}× the target run in its epochs."
+                + (f" {self.note}" if self.note else ""))
+
+
+def ladder(baseline_batch: int, target: int) -> tuple[int, ...]:
+    """The batches branched: the baseline's, then the target halved while it stays above the
+    baseline's and whole — ..., B/4, B/2, B — smallest first."""
+    if target <= baseline_batch:
+        raise DateError(f"--batch {target}: branches measure batches above the baseline's "
+                        f"{baseline_batch}; give a larger target batch.")
+    rungs = [target]
+    while rungs[-1] % 2 == 0 and rungs[-1] // 2 > baseline_batch:
+        rungs.append(rungs[-1] // 2)
+    return (baseline_batch, *reversed(rungs))
+
+
+def exponents_below(p: float) -> tuple[float, ...]:
+    """The LR exponents tried at the target: the plan's p and the lower ones a quarter apart
+    down to ½ (√k), or ½ and ¼ where p is ½ or less."""
+    if p <= 0.5:
+        return (p, 0.25) if p > 0.25 else (p,)
+    steps = [p]
+    while steps[-1] - 0.25 >= 0.5 - 1e-9:
+        steps.append(round(steps[-1] - 0.25, 6))
+    return tuple(steps)
+
+
+def setting_count(p: float, adaptive: bool) -> int:
+    """Branches at the target's peak LR: each exponent, and for an adaptive optimizer each
+    again under the baseline's second moment."""
+    return len(exponents_below(p)) * (2 if adaptive else 1)
+
+
+def branch_cost(baseline_batch: int, target: int, points: int, settings: int,
+                baseline_samples: int, target_samples: int, budget: int | None = None
+                ) -> BranchCost:
+    """How many checkpoints to branch from and how long each branch is. The budget (samples,
+    all branches together) is ``budget``, else the larger of one baseline run and a tenth of the
+    target run; each branch trains at least MIN_BRANCH_STEPS steps of the target batch. Fewer
+    points than asked where the budget needs it (said in ``note``); a DateError where not even
+    one point fits."""
+    rungs = ladder(baseline_batch, target)
+    limit = budget if budget is not None else max(baseline_samples, target_samples // 10)
+    per_point = len(rungs) + 1  # the baseline's batch twice
+    least = MIN_BRANCH_STEPS * target
+    fits = (limit - settings * least) // (per_point * least)
+    if fits < 1:
+        need = (per_point + settings) * least
+        raise DateError(
+            f"branches up to batch {target} need {need:,} samples at least ({per_point} batches "
+            f"from one checkpoint and {settings} settings at {target}, {MIN_BRANCH_STEPS} steps "
+            f"each of {target}), {need / limit:.1f}× the budget of {limit:,} samples (the larger "
+            f"of one baseline run and a tenth of the target's); pass --branch-samples {need} or "
+            "more to spend it, or a smaller --batch.")
+    chosen = min(points, fits)
+    steps = max(MIN_BRANCH_STEPS, limit // ((chosen * per_point + settings) * target))
+    samples = steps * target
+    note = "" if chosen == points else (
+        f"branching from {chosen} checkpoint{'s' * (chosen > 1)}, not {points}: {points} would "
+        f"cost more than the budget of {limit:,} samples (--branch-samples raises it).")
+    return BranchCost(chosen, samples, (chosen * per_point + settings) * samples, limit,
+                      baseline_samples, target_samples, note)
+
+
+def tolerance(values: Sequence[float]) -> float:
+    """τ of the baseline branches' values: their spread, at least SPREAD_FLOOR of their mean."""
+    mean = sum(values) / len(values)
+    return max(max(values) - min(values), SPREAD_FLOOR * abs(mean))
+
+
+def reference(branches: Sequence[Branch], at_samples: int) -> tuple[float, float] | None:
+    """(mean loss, τ) of the baseline branches from the checkpoint at ``at_samples``; None where
+    they did not both finish."""
+    losses = [b.loss for b in branches if b.role == "baseline" and b.at_samples == at_samples]
+    if len(losses) < 2 or any(v is None for v in losses):
+        return None
+    return sum(losses) / len(losses), tolerance(losses)
+
+
+def judge(raw: Sequence[Branch], higher_is_better: bool) -> tuple[Branch, ...]:
+    """The branches with ``stable`` and ``keeps_up`` set against their checkpoint's baseline
+    branches (each raw branch carries its loss, metric and any spike in ``why``)."""
+    judged = []
+    for b in raw:
+        ref = reference(raw, b.at_samples)
+        metric_ref = [x.metric for x in raw if x.role == "baseline" and
+                      x.at_samples == b.at_samples and x.metric is not None]
+        stable = b.loss is not None and not b.why
+        why = b.why or ("its loss went non-finite" if b.loss is None else "")
+        keeps = stable and b.role == "baseline"
+        if ref is not None and b.loss is not None and not b.why:
+            mean, tau = ref
+            if b.start_loss is not None and b.loss > b.start_loss + tau:
+                stable, why = False, (f"its loss ended at {b.loss:.4g}, above the "
+                                      f"{b.start_loss:.4g} it began at")
+            keeps = stable and b.loss <= mean + tau
+            if keeps and b.metric is not None and len(metric_ref) >= 2:
+                m_mean, m_tau = sum(metric_ref) / len(metric_ref), tolerance(metric_ref)
+                behind = (m_mean - b.metric) if higher_is_better else (b.metric - m_mean)
+                keeps = behind <= m_tau
+        judged.append(_replace(b, stable=stable, keeps_up=keeps, why=why))
+    return tuple(judged)
+
+
+def _replace(b: Branch, **changes) -> Branch:
+    from dataclasses import replace
+
+    return replace(b, **changes)
+
+
+def critical_batches(branches: Sequence[Branch]) -> tuple[CriticalBatch, ...]:
+    """Per checkpoint, the largest ladder batch at and below which every branch keeps up (the
+    baseline's batch where none above it does)."""
+    found = []
+    for at in sorted({b.at_samples for b in branches}):
+        ref = reference(branches, at)
+        if ref is None:
+            continue
+        rungs = sorted((b for b in branches if b.at_samples == at and b.role == "ladder"),
+                       key=lambda b: b.batch)
+        critical = min(b.batch for b in branches if b.at_samples == at and b.role == "baseline")
+        for b in rungs:
+            if not b.keeps_up:
+                break
+            critical = b.batch
+        found.append(CriticalBatch(at, critical, ref[1]))
+    return tuple(found)
+
+
+def choose_settings(branches: Sequence[Branch], target: int) -> TargetSettings | None:
+    """The settings at the target batch that were stable and reached the lowest loss, from the
+    checkpoint the settings were branched at; where none was stable, the most cautious tried
+    (the lowest exponent, the baseline's second moment), marked so. None without settings."""
+    tried = [b for b in branches if b.batch == target and b.role == "setting"]
+    if not tried:
+        return None
+    at = max(b.at_samples for b in tried)
+    tried = [b for b in tried if b.at_samples == at]
+    stable = [b for b in tried if b.stable and b.loss is not None]
+    if stable:  # ties: the higher LR, then the rule's second moment
+        best = min(stable, key=lambda b: (b.loss, -b.lr_exponent, b.second_moment != "scaled"))
+    else:
+        best = min(tried, key=lambda b: (b.lr_exponent, b.second_moment != "fixed"))
+    return TargetSettings(target, best.lr_exponent, best.second_moment, best.loss, at,
+                          bool(stable), len(tried))
+
+
+def finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a probe's branches measured, as a plan carries it (:attr:`Plan.measured`)."""
+
+    branched_to: int
+    """The target batch the probe branched up to."""
+    critical_batch: tuple[CriticalBatch, ...]
+    settings: TargetSettings | None = None
+
+    def keeps_up_from(self, batch: int) -> int | None:
+        """The samples from which, on the branches, ``batch`` kept up with the baseline (the
+        first checkpoint whose critical batch is at least ``batch``); None where none was."""
+        return next((c.at_samples for c in self.critical_batch if c.batch >= batch), None)
+
+    def measured_at(self, batch: int) -> bool:
+        """Whether the branches measured ``batch`` itself (a rung of their ladder)."""
+        return batch in ladder(self.critical_batch[0].batch, self.branched_to) \
+            if self.critical_batch else batch == self.branched_to
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Measurement:
+        settings = data.get("settings")
+        return cls(data["branched_to"], tuple(CriticalBatch(**c) for c in data["critical_batch"]),
+                   TargetSettings(**settings) if settings else None)
