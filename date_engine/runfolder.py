@@ -33,7 +33,7 @@ import re
 import socket
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,9 @@ class RunSummary:
     samples_per_s: float
     checkpoint: str | None
     plan: dict[str, Any]
+    rollbacks: list[dict[str, Any]] = field(default_factory=list)
+    """The spike guard's rollbacks over the run (``at_step``, ``back_to``, ``why``,
+    ``lr_scale``); empty where it never fired."""
 
     @property
     def finished(self) -> bool:
@@ -422,6 +425,15 @@ class MetricsLog:
             self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
         self._file = open(self.path, "a")  # noqa: SIM115 - open for the run, closed by close()
         self._tb = _tensorboard(folder.tensorboard_dir)
+
+    def rewind(self, step: int, record: dict[str, Any]) -> None:
+        """Drop the records after ``step`` and append ``record`` (a spike guard's rollback; the
+        TensorBoard scalars already written stay)."""
+        self._file.close()
+        kept = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        kept = [r for r in kept if r["step"] <= step] + [record]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        self._file = open(self.path, "a")  # noqa: SIM115 - open for the run, closed by close()
 
     @property
     def tensorboard(self) -> bool:

@@ -430,6 +430,13 @@ class TrainSpec(_Section):
     """Clip the global gradient norm to this value before each step (None: no clipping)."""
     num_workers: int = Field(default=0, ge=0)
     """DataLoader worker processes per training process."""
+    spike_guard: bool = True
+    """Roll a loss spike back (docs/training.md, "The spike guard"): where the loss (or the
+    gradient norm) rises well above its running level and stays there, or turns non-finite, the
+    run goes back to its last checkpoint and trains on with the LR lowered by
+    ``spike_lr_factor``, at most three times; each rollback is recorded. False: train through."""
+    spike_lr_factor: float = Field(default=0.5, gt=0.0, le=1.0)
+    """What each rollback multiplies the LR by from then on."""
     parallel: Literal["ddp", "fsdp"] = "ddp"
     """How the processes hold the model: ``ddp`` replicates it (every process holds all
     parameters, gradients and optimizer state); ``fsdp`` shards all three over the processes with
@@ -486,6 +493,8 @@ _NOT_FINGERPRINTED = (
     "log_every",
     "eval_every",
     "num_workers",
+    "spike_guard",  # a safety setting, like checkpointing: a run may be resumed without it
+    "spike_lr_factor",
 )
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["DEVIATIONS", "GRAD_FACTOR", "LOSS_MARGIN", "PERSIST", "SETTLE", "SpikeWatch"]
+__all__ = ["DEVIATIONS", "GRAD_FACTOR", "LOSS_MARGIN", "PERSIST", "ROLLBACKS", "SETTLE",
+           "SpikeWatch"]
 
 LOSS_MARGIN = 0.3
 """A spike's fast loss stands at least this share above the running level."""
@@ -25,6 +26,8 @@ DEVIATIONS = 6.0
 """... and this many usual deviations above it."""
 GRAD_FACTOR = 20.0
 """A gradient norm whose fast average is this many times its running level spikes."""
+ROLLBACKS = 3
+"""The spike guard rolls a run back at most this many times; the next spike stops it."""
 SETTLE = 20
 """Steps watched before any but a non-finite step is called a spike (the level forms)."""
 PERSIST = 3

@@ -109,3 +109,22 @@ def lenet_digits_oom() -> Recipe:
 
     return replace(base, name="lenet-digits-oom",
                    build_model=lambda options: Limited(base.build_model(options)))
+
+
+SPIKE_AT = int(os.environ.get("DATE_TEST_SPIKE_AT", "0"))
+SPIKE_FOR = int(os.environ.get("DATE_TEST_SPIKE_FOR", "3"))
+
+
+def lenet_digits_spike() -> Recipe:
+    """The loss (and so its gradient) ×100 at loss computations SPIKE_AT .. SPIKE_AT + SPIKE_FOR
+    − 1 (0: never): a spike the guard rolls back from, gone once it has (the count goes on past
+    it), or, with a large SPIKE_FOR, one that comes back every time."""
+    base = _digits()
+
+    def loss(model, batch, data):
+        _calls["n"] += 1
+        value = base.loss(model, batch, data)
+        return value * 100 if SPIKE_AT and SPIKE_AT <= _calls["n"] < SPIKE_AT + SPIKE_FOR \
+            else value
+
+    return replace(base, name="lenet-digits-spike", loss=loss)

@@ -49,15 +49,15 @@ class BranchJob:
 
 def branch_spec(spec: dict[str, Any], seed: int, second_moment: str) -> dict[str, Any]:
     """The spec a branch trains: the probed one in the baseline's epochs (no probe, so that the
-    plan at each batch is the rule's), every step logged, its data order's seed, and the
-    second-moment decay asked for."""
+    plan at each batch is the rule's), every step logged, its data order's seed, the
+    second-moment decay asked for, and no spike guard (a spike is a measurement here)."""
     out = json.loads(json.dumps(spec))
     date = out.setdefault("date", {})
     date.pop("probe", None)
     date["budget"] = "same-epochs"
     date["second_moment"] = second_moment
     train = out.setdefault("train", {})
-    train.update(log_every=1, seed=seed)
+    train.update(log_every=1, seed=seed, spike_guard=False)  # a spike is what it measures
     train.pop("eval_every", None)
     return out
 

@@ -434,7 +434,8 @@ class NonFiniteState(Exception):
 
 def save_run(rt, folder: RunFolder, step: int, run, model, optimizer, scaler, noise,
              log, *, seed: int, spec_fingerprint: str, recipe: str, keep: int,
-             rng: dict[str, Any] | None = None, pair_gradient: Any = None) -> Path | None:
+             rng: dict[str, Any] | None = None, pair_gradient: Any = None,
+             guard: dict[str, Any] | None = None) -> Path | None:
     """Write the checkpoint of ``step`` of a run stepping as ``run`` (collective: every
     process sends its RNG states — ``rng``, or its state now — and its unlogged losses; with
     ``pair_gradient``, the last step's gradient the next pair product needs). Returns
@@ -468,6 +469,7 @@ def save_run(rt, folder: RunFolder, step: int, run, model, optimizer, scaler, no
         "plan": run.to_dict(),
         "spec_fingerprint": spec_fingerprint,
         "recipe": recipe,
+        "guard": guard,
     }
     if sharded:
         ident = document_id(payload["plan"])

@@ -113,6 +113,17 @@ class RunLogger:
             self.batch_at(step) if self.batch_at is not None else None,
         )
 
+    def rewind(self, point: Any, record: dict[str, Any]) -> None:
+        """The spike guard went back to ``point`` (a ResumePoint): the records after its step
+        give way to one of the rollback (``record``), and the unlogged window is the
+        checkpoint's."""
+        self._loss_sum.fill_(point.window[0])
+        self._window_steps, self._window_start = point.window[1], time.perf_counter()
+        if self.metrics is not None:
+            self.metrics.rewind(point.step, {"step": point.step, "spike": record})
+        if self.view is not None:
+            self.view.step(point.step, epoch=self.epoch(point.step), lr=0.0)
+
     def window_state(self) -> tuple[float, int]:
         """The (loss sum, steps) not yet logged, for a checkpoint (reads the device)."""
         return self._loss_sum.item(), self._window_steps

@@ -201,18 +201,22 @@ class Verdict:
     state_nonfinite: bool = False
     """The weights or optimizer state the step would build on are not finite (the previous
     update made them so); ``nonfinite`` is set too."""
+    loss: float | None = None
+    """The step's loss averaged over the processes (asked for by the spike guard)."""
+    grad_norm: float | None = None
 
 
 def agree(rt: Runtime, loss: Tensor, stop_requested: bool, save_due: bool,
           noise: Tensor | None = None, grad_norm: Tensor | None = None,
-          state_sum: Tensor | None = None) -> Verdict:
+          state_sum: Tensor | None = None, watch: bool = False) -> Verdict:
     """The one host synchronisation per step: the flags of every process, OR-ed together, and
     the noise sample (:meth:`StepRunner.noise_sample`) averaged over them. The step is
     non-finite when the loss is, or the gradient norm where it was taken: a huge LR can overflow
     the gradients while the loss still reads finite. ``state_sum``
     (:meth:`StepRunner.state_sum`) not finite: the state the step would build on is not.
 
-    Rank 0's clock alone decides ``save_due``, so every process saves the same step."""
+    Rank 0's clock alone decides ``save_due``, so every process saves the same step. ``watch``:
+    the loss and gradient norm come back too, averaged (the spike guard's reading)."""
     bad = ~torch.isfinite(loss)
     if grad_norm is not None:
         bad = bad | ~torch.isfinite(grad_norm.to(bad.device))
@@ -223,6 +227,10 @@ def agree(rt: Runtime, loss: Tensor, stop_requested: bool, save_due: bool,
         bad_state.float().view(1),
         torch.tensor([float(stop_requested), float(save_due)], device=rt.device),
     ]
+    if watch:
+        norm = grad_norm if grad_norm is not None else torch.zeros(())
+        parts.append(torch.stack([loss.detach().float().reshape(()).to(rt.device),
+                                  norm.detach().float().reshape(()).to(rt.device)]))
     if noise is not None:
         parts.append(noise.float())
     values = torch.cat(parts)
@@ -230,10 +238,11 @@ def agree(rt: Runtime, loss: Tensor, stop_requested: bool, save_due: bool,
     if rt.distributed:
         dist.all_reduce(values)  # a sum: a flag is set if any process set it
         values[flags:] /= rt.world_size
-    nonfinite, state_nonfinite, stop, save, *sample = values.tolist()
+    nonfinite, state_nonfinite, stop, save, *rest = values.tolist()
+    watched, sample = (rest[:2], rest[2:]) if watch else (None, rest)
     measured = tuple(sample) if sample else None
     return Verdict(nonfinite > 0 or state_nonfinite > 0, stop > 0, save > 0, measured,
-                   state_nonfinite > 0)
+                   state_nonfinite > 0, *(watched or (None, None)))
 
 
 def to_device(batch: Any, device: torch.device) -> Any:

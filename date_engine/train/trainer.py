@@ -38,10 +38,12 @@ from date_engine.runfolder import RunFolder, RunLock, RunSummary
 from date_engine.runplan import RunPlan
 from date_engine.schedule import set_lr
 from date_engine.spec import parse_spec
+from date_engine.spikes import ROLLBACKS
 from date_engine.train import checkpoint as ckpt
 from date_engine.train import fit, resume
 from date_engine.train.config import RunConfig
 from date_engine.train.evaluate import evaluate
+from date_engine.train.guard import SpikeGuard
 from date_engine.train.reporting import RunLogger
 from date_engine.train.runtime import Runtime, setup, shard_units, teardown
 from date_engine.train.sampling import loader
@@ -158,9 +160,15 @@ class Trainer:
         model = self.rt.shard(model, (self.recipe.shard_units or shard_units)(model))
         optimizer = optimizer_for(model, self.plan)
         scaler = self.rt.grad_scaler()
+        mismatch = found and self._mismatch(found)
         point = resume.restore(found, model, optimizer, scaler, self.noise, self.run,
-                               found and self._mismatch(found), self.seed, self.rt.rank,
-                               self.console)
+                               mismatch, self.seed, self.rt.rank, self.console)
+        train = self.spec.train
+        self.guard = SpikeGuard(train.spike_lr_factor) \
+            if train.spike_guard and self.run.dry_steps is None else None
+        if self.guard is not None and found is not None and not mismatch and \
+                found.payload.get("guard"):  # a resumed run watches on as it was
+            self.guard.load_state_dict(found.payload["guard"])
         steps = StepRunner(model, self.rt.wrap(model), optimizer, scaler, self.recipe, data,
                            self.rt, self.run.step_split.accumulation_steps,
                            measure_noise=self.noise is not None,
@@ -278,7 +286,8 @@ class Trainer:
         samples = self.run.samples_through(step) - self.run.samples_through(point.step)
         return RunSummary(self.recipe.name, step, last, stopped_by, self.recipe.metric_name,
                           metric, wall, samples / wall if wall > 0 else 0.0,
-                          str(path) if path else None, self.run.to_dict())
+                          str(path) if path else None, self.run.to_dict(),
+                          list(self.guard.rollbacks) if self.guard is not None else [])
 
     def _loop(self, steps: StepRunner, data: RecipeData, log: RunLogger,
               policy: ckpt.CheckpointPolicy, start: int) -> str | None:
@@ -293,14 +302,23 @@ class Trainer:
                 step += 1
                 lr, split = self._begin(step, steps)
                 loss = steps.forward_backward(self.batches)
-                grad_norm = steps.unscale_and_clip(self.plan.grad_clip, log.is_logging(step))
+                grad_norm = steps.unscale_and_clip(self.plan.grad_clip, log.is_logging(step)
+                                                   or self.guard is not None)
                 limit = self.config.max_seconds  # date probe --budget-minutes; rank 0's clock
                 out_of_time = bool(limit) and rt.is_main and log.train_seconds() >= limit
                 verdict = agree(rt, loss, stop.signal is not None or out_of_time,
                                 policy.time_due(rt.is_main), steps.noise_sample(grad_norm),
-                                grad_norm, steps.state_sum())
+                                grad_norm, steps.state_sum(), watch=self.guard is not None)
+                spike = self.guard and self.guard.reading(
+                    verdict.loss, verdict.grad_norm, verdict.nonfinite)
+                if spike and not self.guard.exhausted and \
+                        (back := self._roll_back(step, spike, steps, data, log)) is not None:
+                    step = back
+                    continue
                 if verdict.state_nonfinite or verdict.nonfinite:
                     return self._stop_nonfinite(step, loss, verdict, steps, log)
+                if spike:
+                    return self._stop_spiking(step, spike)
                 self.done = None  # inside the update: no consistent state to save until it ends
                 steps.update()
                 self.done = step
@@ -321,6 +339,51 @@ class Trainer:
             log.close_view()
         return None
 
+    def _roll_back(self, step: int, why: str, steps: StepRunner, data: RecipeData,
+                   log: RunLogger) -> int | None:
+        """The spike guard: back to the newest checkpoint of this run (the state, random streams
+        and data order there), the LR lowered from then on; the spiked steps' records give way
+        to one record of the rollback. Returns the checkpoint's step (None: nothing to go back
+        to, or the checkpoint is another plan's)."""
+        found = ckpt.newest_valid(self.folder)
+        if found is None or found.payload["step"] >= step or self._mismatch(found):
+            return None
+        back = found.payload["step"]
+        steps.optimizer.zero_grad(set_to_none=True)  # the spiked step's gradients, not taken
+        point = resume.restore(found, steps.model, steps.optimizer, steps.scaler, self.noise,
+                               self.run, None, self.seed, self.rt.rank, self.console)
+        if found.payload.get("guard"):
+            self.guard.load_state_dict(found.payload["guard"], keep_rollbacks=True)
+        record = self.guard.rolled_back(step, back, why)
+        resume.continue_pairs(point, steps, self.noise, found)
+        log.rewind(point, record)
+        del self.batches
+        self.batches = iter(self._loader(data, back))
+        self.done = self.saved = back
+        if self.rt.is_main:
+            self.console.print(note_line(
+                f"step {step}: {why}; rolled back to step {back} (its checkpoint), the LR "
+                f"×{self.guard.lr_scale:g} from here (rollback {len(self.guard.rollbacks)} of "
+                f"{ROLLBACKS}; train.spike_guard)."), soft_wrap=True)
+        return back
+
+    def _stop_spiking(self, step: int, why: str) -> str:
+        """The guard's rollbacks are spent (or there was no checkpoint to go back to): stop, the
+        checkpoints as they are."""
+        last = ckpt.newest_valid(self.folder)
+        where = f"; its checkpoints are intact, the newest {last.path}" if last else ""
+        spent = (f"after {len(self.guard.rollbacks)} rollbacks, each lowering the LR "
+                 f"×{self.guard.factor:g}" if self.guard.rollbacks else
+                 "with no checkpoint of this run to roll back to")
+        message = (f"the loss spiked at step {step} ({why}) {spent}{where}. Train at a smaller "
+                   "batch or a lower LR (date probe --batch B measures which hold), or set "
+                   "train.spike_guard=false to train through it.")
+        if self.rt.is_main:
+            _error(message)
+            self.folder.write_failure(message, EXIT_NONFINITE, step,
+                                      os.environ.get("TORCHELASTIC_RUN_ID"))
+        return "non-finite"
+
     def _maybe_evaluate(self, step: int, model, data: RecipeData, log: RunLogger) -> None:
         every = self.spec.train.eval_every
         if every and step % every == 0 and step != self.run.last_step:
@@ -329,6 +392,8 @@ class Trainer:
     def _maybe_save(self, step: int, steps: StepRunner, log: RunLogger,
                     policy: ckpt.CheckpointPolicy, time_due: bool) -> None:
         """A checkpoint when the policy says one is due (every N steps, or minutes, agreed)."""
+        if self.guard is not None and self.guard.suspicious:
+            return  # a state the spike guard may roll back from is not one to roll back to
         if step != self._stop_at() and policy.due(step, time_due):
             self._save(step, steps, log)
             self.saved = step
@@ -338,7 +403,8 @@ class Trainer:
         """Keep the random state after step - 1 (for a checkpoint of it written on the way
         out); set step ``step``'s LR and split; say where a ramp's batch grows. Returns both."""
         self.rng_before = ckpt.capture_rng(numpy=False) if not self.rt.distributed else None
-        lr = set_lr(steps.optimizer, self.plan, step, constant=self.config.branch_lr)
+        lr = set_lr(steps.optimizer, self.plan, step, constant=self.config.branch_lr,
+                    scale=self.guard.lr_scale if self.guard is not None else 1.0)
         split = self.run.split_at(step)
         steps.accumulation = split.accumulation_steps  # a ramp's stage may change it
         if (stage := self.run.stage_starting(step)) is not None and self.rt.is_main:
@@ -399,7 +465,8 @@ class Trainer:
                              steps.optimizer, steps.scaler, self.noise, log, seed=self.seed,
                              spec_fingerprint=self.spec.fingerprint(), recipe=self.recipe.name,
                              keep=self.spec.train.keep_checkpoints, rng=rng,
-                             pair_gradient=steps.previous_gradient)
+                             pair_gradient=steps.previous_gradient,
+                             guard=self.guard.state_dict() if self.guard is not None else None)
 
     def _nonfinite(self, step: int, loss: torch.Tensor | None) -> str:
         """Report a non-finite stop: the loss or gradients of ``step`` (``loss`` given), or the

@@ -148,6 +148,10 @@ def end_notes(summary: RunSummary, plan: Plan, split: BatchSplit, config) -> lis
     """What ``date scale`` shows at its end: the summary table (not for a brief run), and how to
     continue a run that stopped early (not a dry run's)."""
     lines: list = [] if config.brief else [render_summary(summary, plan, split, config.dry_run)]
+    for r in summary.rollbacks:
+        lines.append(Text(f"spike guard: at step {r['at_step']} {r['why']}; rolled back to step "
+                          f"{r['back_to']} and trained on at ×{r['lr_scale']:g} the LR.",
+                          style="yellow"))
     if summary.stopped_by and config.rerun_command and not config.dry_run:
         lines.append(Text(f"continue with: {config.rerun_command} --resume"))
     return lines
