@@ -604,7 +604,8 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
     floor = date.lr_floor if schedule.is_date_default or date.lr_floor != LR_FLOOR else 0.0
     _refuse_unsound(spec, batch, k, warmup_epochs, total_epochs,
                     largest_batch(spec, n, multiple_of), peak, floor)
-    optimizer = _optimizer(d, spec, k, p, taken.second_moment if taken else None)
+    optimizer = _optimizer(d, spec, k, p, taken.second_moment
+                           if taken and date.second_moment is None else None)
     if stages and stages[-1].batch != batch:  # the ramp ends below the target: it runs its last
         optimizer = OptimizerSettings(optimizer.name, dict(stages[-1].options),
                                       optimizer.layer_ratio, optimizer.decay_exempt)

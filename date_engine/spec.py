@@ -365,10 +365,11 @@ class DateSpec(_Section):
     weight_decay: Literal["scaled", "fixed"] = "scaled"
     """rule date, decoupled weight decay (AdamW): scaled — λ·k^(1−p), so that the decay's
     timescale B/(η·λ) stays the same number of epochs; fixed — the baseline's λ, for comparisons."""
-    second_moment: Literal["scaled", "fixed"] = "scaled"
+    second_moment: Literal["scaled", "fixed"] | None = None
     """rule date, adaptive optimizers: scaled — the second-moment decay β2 (Adam, AdamW, LAMB) or
     α (RMSprop) raised to the k-th power, so that its running average spans the same samples;
-    fixed — the baseline's, for comparisons."""
+    fixed — the baseline's. Default: scaled, or at the batch a probe's branches measured
+    (``date probe --batch``), the one they found best; a value given here overrides them."""
     layer_ratio: LayerRatioSpec = LayerRatioSpec()
     """Per-layer learning-rate ratios."""
     budget: Literal["same-epochs", "hold", "ramp"] = "same-epochs"

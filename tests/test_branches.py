@@ -171,6 +171,9 @@ def test_the_plan_takes_the_measured_lr_exponent_and_second_moment_at_that_batch
     assert "measured: the stable setting with the lowest loss of the 4" in plan.lr_note
     assert any(d.note == "measured: branches at this batch" and d.symbol == "β2"
                for d in plan.derivations)
+    told = derive_plan(_spec(second_moment="scaled"), 512, measured=measured)  # said: kept
+    assert told.optimizer.options["betas"][1] == pytest.approx(0.999**32)
+    assert told.peak_lr == plan.peak_lr
     other = derive_plan(spec, 256, measured=measured)  # not branched there: the rule's
     assert other.optimizer.options["betas"][1] == pytest.approx(0.999**16)
     assert other.peak_lr == derive_plan(spec, 256).peak_lr
