@@ -1,5 +1,5 @@
 """Branch runs: the baseline's own checkpoints continued at larger batches, to measure at the
-target batch what the plan would otherwise extrapolate to it (docs/noise.md, "Branches").
+target batch what the plan would otherwise extrapolate to it (docs/branches.md).
 
 From a checkpoint of the baseline at ``at_samples``, a branch trains the same number of samples
 at batch b with the plan's own settings for b: its schedule from the step its samples reach (its

@@ -139,7 +139,7 @@ LRCheckOpt = Annotated[bool, typer.Option(
 ProbeBatchOpt = Annotated[Optional[str], opt(
     "--batch", "-b", help="Target batch (e.g. 8192 or 8k): branch from the probe's checkpoints at "
     "the baseline's batch, 2×, 4×, ... up to it, and try the target's LR and second moment there; "
-    "date plan then reads the measured critical batch and settings (docs/noise.md, Branches).")]
+    "date plan then reads the measured critical batch and settings (docs/branches.md).")]
 BranchPointsOpt = Annotated[int, typer.Option(
     "--branch-points", min=1, help="Checkpoints to branch from, spread over the probe's steps "
     "(fewer where the budget needs; the probe says so).")]

@@ -177,7 +177,7 @@ class Plan:
     measured: Measurement | None = None
     """What the probe's branches measured (``date probe --batch``): the critical batch over
     samples, and at their target batch the LR exponent and second moment this plan takes where
-    it is that batch (docs/noise.md, "Branches"); None without."""
+    it is that batch (docs/branches.md); None without."""
     grad_clip: float | None = None
     """The baseline's gradient clipping (``train.grad_clip``), the global norm every optimizer
     step is clipped to, kept at every batch; None: no clipping. ``date scale``, ``--emit`` and the

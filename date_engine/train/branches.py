@@ -21,15 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from date_engine.branches import Branch, exponents_below
+from date_engine.errors import PlanError
+from date_engine.forecast import NoiseCurve
 from date_engine.planning import plan_for
 from date_engine.runfolder import RunFolder
+from date_engine.runplan import RunPlan
 from date_engine.spec import parse_spec
 from date_engine.spikes import SpikeWatch
 from date_engine.train.config import RunConfig
 from date_engine.train.launch import LaunchOptions, launch
 from date_engine.train.trainer import EXIT_NONFINITE
 
-__all__ = ["BranchJob", "branch_jobs", "run_branch"]
+__all__ = ["BranchJob", "branch_jobs", "branch_plan", "branch_spec", "run_branch"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,23 @@ def branch_spec(spec: dict[str, Any], seed: int, second_moment: str) -> dict[str
     return out
 
 
+def branch_plan(spec: dict[str, Any], source: str, batch: int, nproc: int, recipe: Any,
+                micro_batch: int | None = None, curve: NoiseCurve | None = None) -> RunPlan:
+    """The run a branch at ``batch`` trains (:func:`branch_spec`'s spec): in the baseline's
+    epochs with the probe's own ``curve`` (its LR check decides the exponent, as in the plan a
+    user gets from this probe), or — where LEGW's warmup would outlast those epochs — in the
+    epochs the curve forecasts (``--budget hold``)."""
+    parsed = parse_spec(spec, source=source)
+    try:
+        return plan_for(parsed, batch, devices=nproc, recipe=recipe, micro_batch=micro_batch,
+                        noise_curve=curve)
+    except PlanError:
+        if curve is None:
+            raise
+        return plan_for(parsed, batch, devices=nproc, recipe=recipe, micro_batch=micro_batch,
+                        noise_curve=curve, budget="hold")
+
+
 def branch_jobs(points: list[tuple[Path, int]], ladder: tuple[int, ...], samples: int,
                 seed: int, plan_exponent: float, adaptive: bool) -> list[BranchJob]:
     """Every branch of a probe: from each checkpoint (path, samples seen) the baseline's batch
@@ -85,8 +105,8 @@ def branch_jobs(points: list[tuple[Path, int]], ladder: tuple[int, ...], samples
     return jobs
 
 
-def run_branch(job: BranchJob, probed: RunConfig, recipe: Any, folder: Path,
-               plan_exponent: float, nproc: int) -> tuple[Branch | None, int]:
+def run_branch(job: BranchJob, probed: RunConfig, recipe: Any, folder: Path, nproc: int,
+               curve: NoiseCurve | None) -> tuple[Branch | None, int]:
     """Train ``job`` into ``folder``/<name> (or read its branch.json, if it has finished);
     returns the raw branch (not yet judged against the baseline's) and the training's exit
     code (0 when it went non-finite: that is a measurement)."""
@@ -95,9 +115,8 @@ def run_branch(job: BranchJob, probed: RunConfig, recipe: Any, folder: Path,
     if done.exists():
         return Branch(**json.loads(done.read_text())), 0
     spec = branch_spec(probed.spec, job.seed, job.second_moment)
-    parsed = parse_spec(spec, source=probed.spec_path)
-    run = plan_for(parsed, job.batch, devices=nproc, recipe=recipe,
-                   micro_batch=probed.micro_batch if job.batch == probed.batch else None)
+    run = branch_plan(spec, probed.spec_path, job.batch, nproc, recipe,
+                      probed.micro_batch if job.batch == probed.batch else None, curve)
     plan = run.plan
     start = run.steps_within(job.at_samples)
     steps = max(math.ceil(job.samples / job.batch), 2)

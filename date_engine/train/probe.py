@@ -24,7 +24,7 @@ from date_engine.branches import (
     setting_count,
 )
 from date_engine.catalog import entry
-from date_engine.errors import DateError
+from date_engine.errors import DateError, PlanError
 from date_engine.planning import plan_for
 from date_engine.probe import (
     DEFAULT_BRANCH_POINTS,
@@ -40,7 +40,7 @@ from date_engine.probe import (
 from date_engine.runfolder import RunFolder
 from date_engine.runplan import largest_divisor
 from date_engine.spec import parse_spec
-from date_engine.train.branches import branch_jobs, branch_spec, run_branch
+from date_engine.train.branches import branch_jobs, branch_plan, branch_spec, run_branch
 from date_engine.train.config import RunConfig
 from date_engine.train.launch import LaunchOptions, launch
 from date_engine.train.trainer import EXIT_NONFINITE
@@ -196,11 +196,6 @@ def run_probe(spec_path: Path, spec: Any, recipe: Any, options: ProbeOptions, fo
         check, code = _lr_check(config, recipe, summary.steps, folder / "lr-check", options)
         if code:
             return None, code
-    branched: dict[str, Any] = {}
-    if cost is not None and points:
-        branched, code = _branches(config, recipe, options, cost, points, folder / "branches")
-        if code:
-            return None, code
     probe = Probe(
         baseline=baseline_identity(spec, plan.dataset_size),
         baseline_epochs=plan.total_epochs, steps=summary.steps,
@@ -208,8 +203,13 @@ def run_probe(spec_path: Path, spec: Any, recipe: Any, options: ProbeOptions, fo
         micro_batch=split.micro_batch, world_size=split.world_size,
         accumulation_steps=split.accumulation_steps,
         wall_seconds=round(summary.wall_time_s or (time.perf_counter() - began), 3),
-        points=points_measured, command=command, run_dir=str(run_dir), lr_check=check,
-        **branched)
+        points=points_measured, command=command, run_dir=str(run_dir), lr_check=check)
+    if cost is not None and points:  # on the plans this probe's own curve gives
+        branched, code = _branches(config, recipe, options, cost, points, folder / "branches",
+                                   probe.curve)
+        if code:
+            return None, code
+        probe = dataclasses.replace(probe, **branched)
     probe.write(folder / "probe.json")
     return probe, 0
 
@@ -219,13 +219,18 @@ def branch_budget(spec: Any, recipe: Any, options: ProbeOptions) -> BranchCost:
     target's in the baseline's epochs, whichever is larger (``options.branch_samples`` given:
     that); a DateError where not one point fits, before anything trains."""
     mapping = spec.model_dump(mode="json", exclude_none=True)
-    target = plan_for(parse_spec(branch_spec(mapping, spec.train.seed, "scaled")),
-                      options.target_batch, devices=options.nproc, recipe=recipe)
-    settings = setting_count(target.plan.lr_exponent, _adaptive(spec))
     plan = plan_for(spec, spec.baseline.batch_size, devices=options.nproc, recipe=recipe).plan
+    baseline = plan.total_iterations * plan.baseline_batch
+    rule = entry(spec.baseline.optimizer.name).batch_rule
+    p = max(rule.lr_exponent, rule.probed_exponent or 0) if rule is not None else 0.5
+    try:  # the target in the baseline's epochs; where LEGW cannot fit them, as long (a hold
+        target = branch_plan(branch_spec(mapping, spec.train.seed, "scaled"), "",  # is longer)
+                             options.target_batch, options.nproc, recipe).plan.total_iterations \
+            * options.target_batch
+    except PlanError:
+        target = baseline
     return branch_cost(spec.baseline.batch_size, options.target_batch, options.branch_points,
-                       settings, plan.total_iterations * plan.baseline_batch,
-                       target.plan.total_iterations * options.target_batch,
+                       setting_count(p, _adaptive(spec)), baseline, target,
                        options.branch_samples)
 
 
@@ -236,21 +241,20 @@ def _adaptive(spec: Any) -> bool:
 
 
 def _branches(probed: RunConfig, recipe: Any, options: ProbeOptions, cost: BranchCost,
-              points: list[tuple[Path, int]], folder: Path) -> tuple[dict[str, Any], int]:
+              points: list[tuple[Path, int]], folder: Path, curve: Any
+              ) -> tuple[dict[str, Any], int]:
     """Train every branch (:func:`branch_jobs`), judge them, and return probe.json's fields:
     ``target_batch``, ``branches``, ``critical_batch``, ``settings``, ``branch_cost``."""
     spec = parse_spec(probed.spec, source=probed.spec_path)
     target = options.target_batch
     rungs = ladder(spec.baseline.batch_size, target)
-    planned = plan_for(parse_spec(branch_spec(probed.spec, spec.train.seed, "scaled"),
-                                  source=probed.spec_path), target, devices=options.nproc,
-                       recipe=recipe).plan
+    planned = branch_plan(branch_spec(probed.spec, spec.train.seed, "scaled"), probed.spec_path,
+                          target, options.nproc, recipe, curve=curve).plan
     raw, said = [], Console(stderr=True, highlight=False)
     jobs = branch_jobs(points, rungs, cost.samples, spec.train.seed, planned.lr_exponent,
                        _adaptive(spec))
     for job in jobs:
-        branch, code = run_branch(job, probed, recipe, folder, planned.lr_exponent,
-                                  options.nproc)
+        branch, code = run_branch(job, probed, recipe, folder, options.nproc, curve)
         if code:
             return {}, code
         raw.append(branch)

@@ -65,7 +65,7 @@ def _branch_lines(probe: Probe) -> list:
     checkpoint, the target's settings, and what they cost."""
     if not probe.branches:
         return []
-    table = Table(title=f"Branches to batch {probe.target_batch:,} (docs/noise.md, Branches)",
+    table = Table(title=f"Branches to batch {probe.target_batch:,} (docs/branches.md)",
                   title_justify="left")
     for col in ("from sample", "batch", "LR", "β2/α", "steps", "loss", "metric", "verdict"):
         table.add_column(col, justify="right")
