@@ -486,8 +486,9 @@ def _measured_note(taken: TargetSettings) -> str:
               "fixed": "the baseline's second moment"}[taken.second_moment]
     if not taken.stable:
         return (f"LR exponent {taken.lr_exponent:g} and {moment}, measured: no setting of the "
-                f"{taken.tried} branched at batch {taken.batch:,} was stable; these are the most "
-                "cautious tried (a smaller batch may hold: see the critical batch).")
+                f"{taken.tried} branched at batch {taken.batch:,} was stable at its peak LR; "
+                "these reached the lowest loss (a smaller batch may hold: see the critical "
+                "batch).")
     return (f"LR exponent {taken.lr_exponent:g} and {moment}, measured: the stable setting with "
             f"the lowest loss of the {taken.tried} the probe branched at batch {taken.batch:,} "
             f"(at its peak LR, from sample {taken.at_samples:,}).")

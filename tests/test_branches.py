@@ -115,9 +115,13 @@ def test_the_settings_taken_are_the_stable_ones_with_the_lowest_loss():
     best = choose_settings(judge(base + tried, True), 512)
     assert (best.lr_exponent, best.second_moment, best.stable, best.tried) == \
         (0.5, "scaled", True, 4)
+    rising = [_branch(512, loss, "setting", p=p, moment=m, start=0.5) for p, m, loss in (
+        (0.75, "scaled", 1.24), (0.75, "fixed", 2.11), (0.5, "scaled", 0.71), (0.5, "fixed", 1.82))]
+    lowest = choose_settings(judge(base + rising, True), 512)  # none stable: the lowest loss
+    assert (lowest.lr_exponent, lowest.second_moment, lowest.stable) == (0.5, "scaled", False)
     none = [_branch(512, None, "setting", p=p, moment=m) for p in (0.75, 0.5)
             for m in ("scaled", "fixed")]
-    cautious = choose_settings(judge(base + none, True), 512)
+    cautious = choose_settings(judge(base + none, True), 512)  # all non-finite: the lowest LR
     assert (cautious.lr_exponent, cautious.second_moment, cautious.stable) == (0.5, "fixed", False)
 
 
@@ -184,6 +188,7 @@ def test_the_plan_takes_the_measured_lr_exponent_and_second_moment_at_that_batch
         pytest.approx(32e-3)
     none_stable = derive_plan(spec, 512, measured=_measured(stable=False))
     assert "no setting of the 4 branched at batch 512 was stable" in none_stable.lr_note
+    assert "reached the lowest loss" in none_stable.lr_note
     # a plan carries the measurement through JSON; one without has no key for it
     assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
     assert "measured" not in derive_plan(spec, 512).to_dict()

@@ -88,8 +88,8 @@ def _branch_lines(probe: Probe) -> list:
             f"At batch {s.batch:,}: LR exponent {s.lr_exponent:g} with {moment} second moment "
             + ("had the lowest loss of the stable settings; date plan --batch "
                f"{s.batch} --probe takes them." if s.stable else
-               "— none of the settings tried was stable; the plan takes these, the most "
-               "cautious, and says so.")))
+               "— none of the settings tried was stable at its peak LR; these reached the "
+               "lowest loss, and the plan takes them and says so.")))
     if probe.branch_cost is not None:
         lines.append(Text(probe.branch_cost.line()))
     return lines
