@@ -10,8 +10,13 @@ two data orders, and their difference is the spread a branch is read against:
 * **tolerance** τ = max(|ℓ₁ − ℓ₂|, ``SPREAD_FLOOR``·mean ℓ) of the two baseline branches' losses
   ℓ (the mean training loss over each branch's second half of samples), and the same for the
   recipe's metric at the branch's end;
-* a branch **keeps up** when its loss is at most the baseline branches' mean + τ, and its metric
-  (where the recipe has one) is no worse than theirs by more than the metric's τ;
+* a branch **keeps up** when it reaches, with the same samples, at least what the baseline
+  branches reached with half of them: its loss at most their halfway loss + τ, and its metric
+  (where the recipe has one) no worse than their halfway metric by more than its τ — the batch
+  needs at most twice the baseline's samples, McCandlish et al.'s critical batch (B_crit, where
+  E = 2·E_min; the same model the noise-scale forecast uses, docs/noise.md). Equal samples, the
+  first reading, named only perfect scaling: on Fashion-MNIST every batch above 128 fell behind
+  by more than the two data orders' 0.0001;
 * a branch is **unstable** when its loss went non-finite, spiked on the way (:mod:`date_engine.
   spikes`), or ended more than τ above where it began (its first tenth's mean loss): it lost
   ground the checkpoint had; a branch that is only behind the baseline's is slow, not unstable;
@@ -75,6 +80,11 @@ class Branch:
     """What made it unstable (empty when stable)."""
     start_loss: float | None = None
     """Mean training loss over its first tenth of samples (the checkpoint's level)."""
+    half_loss: float | None = None
+    """Mean training loss over (¼, ½] of its samples: the second half of a branch half as long,
+    what a baseline branch had reached with half the samples."""
+    half_metric: float | None = None
+    """A baseline branch's metric halfway (None for the others)."""
 
 
 @dataclass(frozen=True)
@@ -191,13 +201,15 @@ def tolerance(values: Sequence[float]) -> float:
     return max(max(values) - min(values), SPREAD_FLOOR * abs(mean))
 
 
-def reference(branches: Sequence[Branch], at_samples: int) -> tuple[float, float] | None:
-    """(mean loss, τ) of the baseline branches from the checkpoint at ``at_samples``; None where
-    they did not both finish."""
-    losses = [b.loss for b in branches if b.role == "baseline" and b.at_samples == at_samples]
-    if len(losses) < 2 or any(v is None for v in losses):
+def reference(branches: Sequence[Branch], at_samples: int, field: str = "loss"
+              ) -> tuple[float, float] | None:
+    """(mean, τ) of the baseline branches' ``field`` (loss, half_loss, half_metric) from the
+    checkpoint at ``at_samples``; None where they do not both have it."""
+    values = [getattr(b, field) for b in branches
+              if b.role == "baseline" and b.at_samples == at_samples]
+    if len(values) < 2 or any(v is None for v in values):
         return None
-    return sum(losses) / len(losses), tolerance(losses)
+    return sum(values) / len(values), tolerance(values)
 
 
 def judge(raw: Sequence[Branch], higher_is_better: bool) -> tuple[Branch, ...]:
@@ -205,22 +217,20 @@ def judge(raw: Sequence[Branch], higher_is_better: bool) -> tuple[Branch, ...]:
     branches (each raw branch carries its loss, metric and any spike in ``why``)."""
     judged = []
     for b in raw:
-        ref = reference(raw, b.at_samples)
-        metric_ref = [x.metric for x in raw if x.role == "baseline" and
-                      x.at_samples == b.at_samples and x.metric is not None]
+        ends = reference(raw, b.at_samples)
+        halves = reference(raw, b.at_samples, "half_loss")
+        metric = reference(raw, b.at_samples, "half_metric")
         stable = b.loss is not None and not b.why
         why = b.why or ("its loss went non-finite" if b.loss is None else "")
-        keeps = stable and b.role == "baseline"
-        if ref is not None and b.loss is not None and not b.why:
-            mean, tau = ref
-            if b.start_loss is not None and b.loss > b.start_loss + tau:
-                stable, why = False, (f"its loss ended at {b.loss:.4g}, above the "
-                                      f"{b.start_loss:.4g} it began at")
-            keeps = stable and b.loss <= mean + tau
-            if keeps and b.metric is not None and len(metric_ref) >= 2:
-                m_mean, m_tau = sum(metric_ref) / len(metric_ref), tolerance(metric_ref)
-                behind = (m_mean - b.metric) if higher_is_better else (b.metric - m_mean)
-                keeps = behind <= m_tau
+        if stable and ends is not None and b.start_loss is not None and \
+                b.loss > b.start_loss + ends[1]:
+            stable, why = False, (f"its loss ended at {b.loss:.4g}, above the "
+                                  f"{b.start_loss:.4g} it began at")
+        keeps = stable and (b.role == "baseline" or (
+            halves is not None and b.loss <= halves[0] + halves[1]))
+        if keeps and b.role != "baseline" and b.metric is not None and metric is not None:
+            behind = (metric[0] - b.metric) if higher_is_better else (b.metric - metric[0])
+            keeps = behind <= metric[1]
         judged.append(_replace(b, stable=stable, keeps_up=keeps, why=why))
     return tuple(judged)
 
@@ -246,7 +256,8 @@ def critical_batches(branches: Sequence[Branch]) -> tuple[CriticalBatch, ...]:
             if not b.keeps_up:
                 break
             critical = b.batch
-        found.append(CriticalBatch(at, critical, ref[1]))
+        found.append(CriticalBatch(at, critical, (reference(branches, at, "half_loss")
+                                                  or ref)[1]))
     return tuple(found)
 
 

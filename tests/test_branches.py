@@ -30,10 +30,10 @@ from tests.runs import SHORT, SPEC, date
 
 
 def _branch(batch, loss, role="ladder", at=1000, start=None, why="", metric=None, p=None,
-            moment="scaled"):
+            moment="scaled", half=None, half_metric=None):
     return Branch(at, batch, 1e-3, 4096, 4096 // batch, loss, metric, stable=False,
                   keeps_up=False, role=role, lr_exponent=p, second_moment=moment, why=why,
-                  start_loss=start)
+                  start_loss=start, half_loss=half, half_metric=half_metric)
 
 
 # ------------------------------------------------------------------ the ladder and its cost
@@ -80,10 +80,13 @@ def test_a_target_the_budget_cannot_branch_to_is_refused_with_the_flag_that_allo
 # ------------------------------------------------------------------ reading the branches
 
 
-def test_keeping_up_is_read_against_the_baseline_branches_spread():
-    raw = [_branch(16, 1.00, "baseline", start=1.5), _branch(16, 1.02, "baseline", start=1.5),
-           _branch(32, 1.025, start=1.4),   # within τ = 0.02 of the mean 1.01: keeps up
-           _branch(64, 1.06, start=1.3),    # behind, but lower than it began: slow, stable
+def test_keeping_up_is_needing_at_most_twice_the_baseline_branches_samples():
+    """The bar is what the baseline's branches reached with half the samples (mean 1.1, τ 0.02
+    of their two data orders); stability is read against where each branch began."""
+    raw = [_branch(16, 1.00, "baseline", start=1.5, half=1.09),
+           _branch(16, 1.02, "baseline", start=1.5, half=1.11),
+           _branch(32, 1.115, start=1.4),   # within τ of their halfway 1.1: keeps up
+           _branch(64, 1.16, start=1.3),    # behind, but lower than it began: slow, stable
            _branch(128, 1.35, start=1.3),   # ended above where it began: unstable
            _branch(256, None, start=1.3)]   # non-finite
     judged = {b.batch: b for b in judge(raw, higher_is_better=True) if b.role != "baseline"}
@@ -93,16 +96,17 @@ def test_keeping_up_is_read_against_the_baseline_branches_spread():
     assert not judged[256].stable and "non-finite" in judged[256].why
     (critical,) = critical_batches(judge(raw, True))
     assert critical.batch == 32 and critical.tolerance == pytest.approx(0.02)
-    # a metric behind the baseline's by more than its own spread does not keep up
-    with_metric = [_branch(16, 1.0, "baseline", metric=90.0), _branch(16, 1.0, "baseline",
-                   metric=90.4), _branch(32, 1.0, metric=89.0)]
+    # a metric behind the baseline's halfway one by more than its spread does not keep up
+    with_metric = [_branch(16, 1.0, "baseline", half=1.0, half_metric=90.0),
+                   _branch(16, 1.0, "baseline", half=1.0, half_metric=90.4),
+                   _branch(32, 1.0, metric=89.0)]
     assert not judge(with_metric, higher_is_better=True)[2].keeps_up
     assert judge(with_metric, higher_is_better=False)[2].keeps_up  # a loss-like metric: lower
 
 
 def test_the_critical_batch_stops_at_the_first_batch_that_falls_behind():
-    raw = [_branch(16, 1.0, "baseline"), _branch(16, 1.0, "baseline"), _branch(32, 1.2),
-           _branch(64, 1.0)]  # 64 keeping up does not lift it past 32, which did not
+    raw = [_branch(16, 1.0, "baseline", half=1.1), _branch(16, 1.0, "baseline", half=1.1),
+           _branch(32, 1.2), _branch(64, 1.0)]  # 64 keeping up does not lift it past 32
     assert critical_batches(judge(raw, True))[0].batch == 16
 
 

@@ -138,7 +138,9 @@ def run_branch(job: BranchJob, probed: RunConfig, recipe: Any, folder: Path, npr
         probed, spec=spec, batch=job.batch, run=run.to_dict(), output_dir=str(run_dir),
         micro_batch=run.split.micro_batch, resume=True, force_replan=True,
         max_steps=start + steps, max_seconds=None, measure_noise=False, measure_pairs=False,
-        branch_lr=lr if constant else None, evaluate_at_stop=True, brief=True, quiet=True)
+        branch_lr=lr if constant else None, brief=True, quiet=True,
+        evaluate_at=(start + steps // 2, start + steps) if job.role == "baseline" else
+        (start + steps,))
     code = launch(config, LaunchOptions(nproc=nproc))
     if code not in (0, EXIT_NONFINITE):
         return None, code
@@ -164,7 +166,11 @@ def _measured(job: BranchJob, records: list[dict[str, Any]], start: int, steps: 
     loss = None if diverged or not half else sum(half) / len(half)
     first = [r["loss"] for r in trained if r["step"] <= start + max(steps // 10, 1)]
     begun = sum(first) / len(first) if first and math.isfinite(sum(first)) else None
-    evals = [r["eval"] for r in records if "eval" in r]
+    halfway = [r["loss"] for r in trained if start + steps / 4 < r["step"] <= start + steps / 2]
+    half_loss = sum(halfway) / len(halfway) if halfway and not diverged else None
+    at_half = [r["eval"] for r in records if "eval" in r and r["step"] == start + steps // 2]
+    half_metric = at_half[0].get(metric_name) if at_half and not diverged else None
+    evals = [r["eval"] for r in records if "eval" in r and r["step"] == start + steps]
     metric = evals[-1].get(metric_name) if evals and not diverged else None
     if metric is not None and not math.isfinite(metric):
         metric = None
@@ -173,7 +179,7 @@ def _measured(job: BranchJob, records: list[dict[str, Any]], start: int, steps: 
                   seed=job.seed, lr_exponent=job.lr_exponent,
                   second_moment=job.second_moment, why=why or ("" if loss is not None else
                                                                "its loss went non-finite"),
-                  start_loss=begun)
+                  start_loss=begun, half_loss=half_loss, half_metric=half_metric)
 
 
 def _link(source: Path, dest: Path) -> None:

@@ -58,8 +58,9 @@ class RunConfig:
     branch_lr: float | None = None
     """A probe's branch (date_engine/train/branches.py): train at this constant LR (every group
     at its ratio to the plan's peak) instead of the plan's schedule."""
-    evaluate_at_stop: bool = False
-    """Evaluate at the step the run stops at, not only at the plan's last (a probe's branch)."""
+    evaluate_at: tuple[int, ...] = ()
+    """Also evaluate after these steps (a probe's branch: where it stops, and a baseline
+    branch halfway)."""
     quiet: bool = False
     """Show nothing but errors (a probe's branch: the probe says one line for it)."""
     brief: bool = False

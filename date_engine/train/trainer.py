@@ -279,7 +279,7 @@ class Trainer:
         if self.run.dry_steps and self.rt.is_main:  # a dry run reads back what it wrote
             ckpt.read_back(self.folder, step)
         metric = None
-        if (step == last or self.config.evaluate_at_stop) and data.eval is not None:
+        if (step == last or step in self.config.evaluate_at) and data.eval is not None:
             metric = evaluate(self.rt, self.recipe, steps.model, data, step, log)
         log.close()
         wall = time.perf_counter() - began
@@ -386,7 +386,8 @@ class Trainer:
 
     def _maybe_evaluate(self, step: int, model, data: RecipeData, log: RunLogger) -> None:
         every = self.spec.train.eval_every
-        if every and step % every == 0 and step != self.run.last_step:
+        asked = step in self.config.evaluate_at and step != self._stop_at()
+        if (asked or (every and step % every == 0)) and step != self.run.last_step:
             evaluate(self.rt, self.recipe, model, data, step, log)
 
     def _maybe_save(self, step: int, steps: StepRunner, log: RunLogger,
