@@ -136,10 +136,46 @@ def _draw_lr_curves(data: dict[str, Any], plt: Any) -> Any:
     return fig
 
 
+BRANCH_PROBES = ROOT / "docs" / "results" / "branch-probes"
+
+
+def critical_batch_data() -> dict[str, Any]:
+    """Per study whose probe branched (docs/results/branch-probes): the critical batch at each
+    checkpoint, in the baseline's samples, and every branch's loss against its batch."""
+    out = {}
+    for path in sorted(BRANCH_PROBES.glob("*.json")):
+        probe = json.loads(path.read_text())
+        out[path.stem] = {
+            "baseline_batch": probe["baseline"]["batch_size"], "target": probe["target_batch"],
+            "critical": [[c["at_samples"], c["batch"]] for c in probe["critical_batch"]],
+            "ladder": [[b["at_samples"], b["batch"], b["loss"]] for b in probe["branches"]
+                       if b["role"] in ("baseline", "ladder") and b["loss"] is not None]}
+    return out
+
+
+def _draw_critical_batch(data: dict[str, Any], plt: Any) -> Any:
+    fig, axes = plt.subplots(1, len(data), figsize=(3.6 * len(data), 3.4), squeeze=False)
+    for ax, (name, study) in zip(axes.flat, data.items()):
+        for at in sorted({a for a, _, _ in study["ladder"]}):
+            rungs = sorted((b, loss) for a, b, loss in study["ladder"] if a == at)
+            ax.plot([b for b, _ in rungs], [loss for _, loss in rungs], "o-",
+                    label=f"from sample {at:,}")
+        for at, batch in study["critical"]:
+            ax.axvline(batch, linestyle=":", color="grey")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch (dotted: the critical batch)")
+        ax.set_ylabel("branch loss, second half")
+        ax.set_title(f"{name}: to batch {study['target']:,}", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 FIGS: dict[str, tuple[Callable[[], dict[str, Any]], Callable[..., Any]]] = {
     "rules": (rules_data, _draw_rules),
     "lr-curves": (lr_curves_data, _draw_lr_curves),
     "gpt-char": (gpt_char_data, _draw_gpt_char),
+    "critical-batch": (critical_batch_data, _draw_critical_batch),
 }
 
 
