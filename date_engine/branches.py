@@ -34,9 +34,8 @@ loss. Plain Python: the plan reads these without torch; the training is
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from date_engine.errors import DateError
@@ -231,14 +230,8 @@ def judge(raw: Sequence[Branch], higher_is_better: bool) -> tuple[Branch, ...]:
         if keeps and b.role != "baseline" and b.metric is not None and metric is not None:
             behind = (metric[0] - b.metric) if higher_is_better else (b.metric - metric[0])
             keeps = behind <= metric[1]
-        judged.append(_replace(b, stable=stable, keeps_up=keeps, why=why))
+        judged.append(replace(b, stable=stable, keeps_up=keeps, why=why))
     return tuple(judged)
-
-
-def _replace(b: Branch, **changes) -> Branch:
-    from dataclasses import replace
-
-    return replace(b, **changes)
 
 
 def critical_batches(branches: Sequence[Branch]) -> tuple[CriticalBatch, ...]:
@@ -282,10 +275,6 @@ def choose_settings(branches: Sequence[Branch], target: int) -> TargetSettings |
         best = min(tried, key=lambda b: (b.lr_exponent, b.second_moment != "fixed"))
     return TargetSettings(target, best.lr_exponent, best.second_moment, best.loss, at,
                           bool(stable), len(tried))
-
-
-def finite_or_none(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
 
 
 @dataclass(frozen=True)
