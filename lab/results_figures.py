@@ -160,7 +160,7 @@ def _draw_critical_batch(data: dict[str, Any], plt: Any) -> Any:
             rungs = sorted((b, loss) for a, b, loss in study["ladder"] if a == at)
             ax.plot([b for b, _ in rungs], [loss for _, loss in rungs], "o-",
                     label=f"from sample {at:,}")
-        for at, batch in study["critical"]:
+        for _, batch in study["critical"]:
             ax.axvline(batch, linestyle=":", color="grey")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch (dotted: the critical batch)")

@@ -61,11 +61,14 @@ class StepRunner:
         runtime: Runtime,
         accumulation: int,
         measure_noise: bool = False,
+        measure_norm: bool = False,
         measure_pairs: bool = False,
     ) -> None:
         self.model, self.wrapped, self.optimizer, self.scaler = model, wrapped, optimizer, scaler
         self.recipe, self.data, self.rt, self.accumulation = recipe, data, runtime, accumulation
         self.measure_noise = measure_noise
+        self.measure_norm = measure_norm
+        """Take the gradient norm every step (the spike guard watches it)."""
         self._previous: Tensor | None = None
         """The previous step's gradient, flat (float32), where pairs are measured."""
         if measure_noise and measure_pairs:
@@ -107,7 +110,7 @@ class StepRunner:
             self._pair_product()
         if clip is not None and not self.rt.sharded:
             return torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
-        if not (measure or self.measure_noise or clip is not None):
+        if not (measure or self.measure_noise or self.measure_norm or clip is not None):
             return None
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())

@@ -38,16 +38,14 @@ from date_engine.runfolder import RunFolder, RunLock, RunSummary
 from date_engine.runplan import RunPlan
 from date_engine.schedule import set_lr
 from date_engine.spec import parse_spec
-from date_engine.spikes import ROLLBACKS
 from date_engine.train import checkpoint as ckpt
-from date_engine.train import fit, resume
+from date_engine.train import fit, guard, resume
 from date_engine.train.config import RunConfig
 from date_engine.train.evaluate import evaluate
-from date_engine.train.guard import SpikeGuard
 from date_engine.train.reporting import RunLogger
 from date_engine.train.runtime import Runtime, setup, shard_units, teardown
 from date_engine.train.sampling import loader
-from date_engine.train.step import StepRunner, Verdict, agree
+from date_engine.train.step import StepRunner, agree
 from date_engine.view.console import error_line, nonfinite_message, note_line
 
 __all__ = ["EXIT_NONFINITE", "Trainer", "run"]
@@ -163,16 +161,13 @@ class Trainer:
         mismatch = found and self._mismatch(found)
         point = resume.restore(found, model, optimizer, scaler, self.noise, self.run,
                                mismatch, self.seed, self.rt.rank, self.console)
-        train = self.spec.train
-        self.guard = SpikeGuard(train.spike_lr_factor) \
-            if train.spike_guard and self.run.dry_steps is None else None
-        if self.guard is not None and found is not None and not mismatch and \
-                found.payload.get("guard"):  # a resumed run watches on as it was
-            self.guard.load_state_dict(found.payload["guard"])
+        self.guard = guard.guard_for(self.spec.train, self.run.dry_steps is not None, found,
+                                     mismatch)
         steps = StepRunner(model, self.rt.wrap(model), optimizer, scaler, self.recipe, data,
                            self.rt, self.run.step_split.accumulation_steps,
                            measure_noise=self.noise is not None,
-                           measure_pairs=self.config.measure_pairs)
+                           measure_pairs=self.config.measure_pairs,
+                           measure_norm=self.guard is not None)
         resume.continue_pairs(point, steps, self.noise, found)
         return steps, point
 
@@ -291,10 +286,8 @@ class Trainer:
 
     def _loop(self, steps: StepRunner, data: RecipeData, log: RunLogger,
               policy: ckpt.CheckpointPolicy, start: int) -> str | None:
-        """Steps start+1 .. the stop. Returns what stopped them early ('SIGINT', 'SIGTERM',
-        'time-limit', 'signal', 'non-finite') or None."""
-        rt, stop, self.saved, step = self.rt, self.stop, start, start
-        self.rng_before = None
+        """Steps start+1 .. the stop; returns what stopped them early (a signal's name, etc.)."""
+        rt, stop, self.saved, step, self.rng_before = self.rt, self.stop, start, start, None
         self.batches = iter(self._loader(data, start))
         steps.model.train()
         try:
@@ -302,26 +295,18 @@ class Trainer:
                 step += 1
                 lr, split = self._begin(step, steps)
                 loss = steps.forward_backward(self.batches)
-                grad_norm = steps.unscale_and_clip(self.plan.grad_clip, log.is_logging(step)
-                                                   or self.guard is not None)
-                limit = self.config.max_seconds  # date probe --budget-minutes; rank 0's clock
-                out_of_time = bool(limit) and rt.is_main and log.train_seconds() >= limit
+                grad_norm = steps.unscale_and_clip(self.plan.grad_clip, log.is_logging(step))
+                out_of_time = _out_of_time(self.config, rt, log)
                 verdict = agree(rt, loss, stop.signal is not None or out_of_time,
                                 policy.time_due(rt.is_main), steps.noise_sample(grad_norm),
                                 grad_norm, steps.state_sum(), watch=self.guard is not None)
-                spike = self.guard and self.guard.reading(
-                    verdict.loss, verdict.grad_norm, verdict.nonfinite)
-                if spike and not self.guard.exhausted and \
-                        (back := self._roll_back(step, spike, steps, data, log)) is not None:
-                    step = back
+                if isinstance(judged := guard.after_verdict(self, step, loss, verdict, steps,
+                                                            data, log), str):
+                    return judged
+                if judged is not None:  # the spike guard went back to this step
+                    step = judged
                     continue
-                if verdict.state_nonfinite or verdict.nonfinite:
-                    return self._stop_nonfinite(step, loss, verdict, steps, log)
-                if spike:
-                    return self._stop_spiking(step, spike)
-                self.done = None  # inside the update: no consistent state to save until it ends
-                steps.update()
-                self.done = step
+                self._update(steps, step)
                 log.after_step(step, lr, loss, grad_norm, steps.optimizer,
                                self.noise and self.noise.observe(verdict.noise, split))
                 self._follow(step, data, log)
@@ -339,50 +324,10 @@ class Trainer:
             log.close_view()
         return None
 
-    def _roll_back(self, step: int, why: str, steps: StepRunner, data: RecipeData,
-                   log: RunLogger) -> int | None:
-        """The spike guard: back to the newest checkpoint of this run (the state, random streams
-        and data order there), the LR lowered from then on; the spiked steps' records give way
-        to one record of the rollback. Returns the checkpoint's step (None: nothing to go back
-        to, or the checkpoint is another plan's)."""
-        found = ckpt.newest_valid(self.folder)
-        if found is None or found.payload["step"] >= step or self._mismatch(found):
-            return None
-        back = found.payload["step"]
-        steps.optimizer.zero_grad(set_to_none=True)  # the spiked step's gradients, not taken
-        point = resume.restore(found, steps.model, steps.optimizer, steps.scaler, self.noise,
-                               self.run, None, self.seed, self.rt.rank, self.console)
-        if found.payload.get("guard"):
-            self.guard.load_state_dict(found.payload["guard"], keep_rollbacks=True)
-        record = self.guard.rolled_back(step, back, why)
-        resume.continue_pairs(point, steps, self.noise, found)
-        log.rewind(point, record)
-        del self.batches
-        self.batches = iter(self._loader(data, back))
-        self.done = self.saved = back
-        if self.rt.is_main:
-            self.console.print(note_line(
-                f"step {step}: {why}; rolled back to step {back} (its checkpoint), the LR "
-                f"×{self.guard.lr_scale:g} from here (rollback {len(self.guard.rollbacks)} of "
-                f"{ROLLBACKS}; train.spike_guard)."), soft_wrap=True)
-        return back
-
-    def _stop_spiking(self, step: int, why: str) -> str:
-        """The guard's rollbacks are spent (or there was no checkpoint to go back to): stop, the
-        checkpoints as they are."""
-        last = ckpt.newest_valid(self.folder)
-        where = f"; its checkpoints are intact, the newest {last.path}" if last else ""
-        spent = (f"after {len(self.guard.rollbacks)} rollbacks, each lowering the LR "
-                 f"×{self.guard.factor:g}" if self.guard.rollbacks else
-                 "with no checkpoint of this run to roll back to")
-        message = (f"the loss spiked at step {step} ({why}) {spent}{where}. Train at a smaller "
-                   "batch or a lower LR (date probe --batch B measures which hold), or set "
-                   "train.spike_guard=false to train through it.")
-        if self.rt.is_main:
-            _error(message)
-            self.folder.write_failure(message, EXIT_NONFINITE, step,
-                                      os.environ.get("TORCHELASTIC_RUN_ID"))
-        return "non-finite"
+    def _update(self, steps: StepRunner, step: int) -> None:
+        self.done = None  # inside the update: no consistent state to save until it ends
+        steps.update()
+        self.done = step
 
     def _maybe_evaluate(self, step: int, model, data: RecipeData, log: RunLogger) -> None:
         every = self.spec.train.eval_every
@@ -429,17 +374,6 @@ class Trainer:
         del self.batches  # the old loader's workers go
         self.batches = iter(self._loader(data, step))
 
-    def _stop_nonfinite(self, step: int, loss, verdict: Verdict, steps: StepRunner,
-                        log: RunLogger) -> str:
-        """A non-finite loss or gradients at ``step`` (kept: the work since the last checkpoint,
-        if its state is finite), or a non-finite state after step - 1 (nothing to keep)."""
-        if verdict.state_nonfinite:
-            return self._nonfinite(step - 1, None)
-        if self.done > self.saved:
-            with contextlib.suppress(ckpt.NonFiniteState):
-                self._save(self.done, steps, log, rng=self.rng_before)
-        return self._nonfinite(step, loss)
-
     def _save_on_the_way_out(self, step: int, steps: StepRunner, log: RunLogger) -> None:
         """Anything unexpected (an exception, a second Ctrl-C): keep the work of the steps
         completed since the last checkpoint. Only a lone process can: the others of a job may be
@@ -473,8 +407,12 @@ class Trainer:
         """Report a non-finite stop: the loss or gradients of ``step`` (``loss`` given), or the
         state after ``step`` (``loss`` None). Returns the stop's name."""
         last = ckpt.newest_valid(self.folder)
-        message = nonfinite_message(step, None if loss is None else loss.item(),
-                                    last and (last.path, last.payload["step"]))
+        return self._fail(nonfinite_message(step, None if loss is None else loss.item(),
+                                            last and (last.path, last.payload["step"])), step)
+
+    def _fail(self, message: str, step: int) -> str:
+        """Say why the run stops at ``step`` and record it (FAILED.json: not retried on a
+        restart); returns the stop's name."""
         if self.rt.is_main:
             _error(message)
             self.folder.write_failure(message, EXIT_NONFINITE, step,
@@ -494,6 +432,11 @@ class Trainer:
 
             run_curves(self.folder.read_metrics(), self.recipe.metric_name,
                        self.folder.curves_path, self.plan)
+
+
+def _out_of_time(config: RunConfig, rt: Runtime, log: RunLogger) -> bool:
+    """date probe --budget-minutes: the time is up, by rank 0's clock."""
+    return bool(config.max_seconds) and rt.is_main and log.train_seconds() >= config.max_seconds
 
 
 def run_for(config: RunConfig, spec: Any, recipe: Any, data: RecipeData
