@@ -261,16 +261,19 @@ def test_a_cell_folder_is_not_shared(tmp_path):
 
 
 def test_a_cell_written_before_a_new_spec_field_is_the_same_cell(tmp_path):
-    """A sweep resumed after an upgrade that added a spec field (date.second_moment did): the
-    cell.yaml written without it, at its default, is the same cell; at another value it is not."""
+    """A sweep resumed after an upgrade that added a spec field (spike_guard did) or changed a
+    default's spelling (date.second_moment, written as scaled before branches could measure it):
+    the cell.yaml of the older version is the same cell; at another value it is not."""
     planned = cells_of(BASE, "64", "date")[1]
     folder = prepare_cell(tmp_path, planned)
     text = folder.cell_spec_path.read_text()
-    assert "second_moment: scaled" in text
-    folder.cell_spec_path.write_text(text.replace("  second_moment: scaled\n", ""))
+    assert "second_moment" not in text and "spike_guard: true" in text
+    older = text.replace("  spike_guard: true\n", "").replace(
+        "date:\n", "date:\n  second_moment: scaled\n")
+    folder.cell_spec_path.write_text(older)
     prepare_cell(tmp_path, planned)
     assert folder.cell_spec_path.read_text() == text  # written again by this version
-    folder.cell_spec_path.write_text(text.replace("second_moment: scaled", "second_moment: fixed"))
+    folder.cell_spec_path.write_text(older.replace("second_moment: scaled", "second_moment: fixed"))
     with pytest.raises(DateError, match="trained with other settings"):
         prepare_cell(tmp_path, planned)
 

@@ -66,7 +66,8 @@ def prepare_cell(root: Path, planned: PlannedCell) -> RunFolder:
 def _same_spec(written: str, planned: PlannedCell) -> bool:
     """Whether a cell.yaml written by another version asks for the same training as ``planned``:
     both read with this version's defaults (a field added since, at its default, is no change;
-    a baseline cell's settings that are moot at k = 1, which older versions wrote, are none)."""
+    a baseline cell's settings that are moot at k = 1, which older versions wrote, are none; nor
+    is ``date.second_moment: scaled``, which versions before branches wrote as the default)."""
     from date_engine.spec import parse_spec
     from date_engine.sweep.schemes import BASELINE, baseline
 
@@ -74,6 +75,9 @@ def _same_spec(written: str, planned: PlannedCell) -> bool:
         raw = yaml.safe_load(written)
         if planned.cell.scheme == BASELINE and isinstance(raw, dict):
             raw = baseline(raw)
+        date = raw.get("date") if isinstance(raw, dict) else None
+        if isinstance(date, dict) and date.get("second_moment") == "scaled":
+            del date["second_moment"]  # the default before it could be measured (none now)
         old = parse_spec(raw, source="cell.yaml")
     except (DateError, yaml.YAMLError):
         return False
