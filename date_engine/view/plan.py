@@ -153,14 +153,14 @@ def _measured_lines(plan: Plan) -> list[Text]:
     critical = ", ".join(f"{c.batch:,} from sample {c.at_samples:,}" for c in m.critical_batch)
     text = Text("Measured ", style="bold")
     text.append(f"by the probe's branches (to batch {m.branched_to:,}): the critical batch, the "
-                f"largest that kept up with the baseline's, was {critical}. ")
+                f"largest that needed at most twice the baseline's samples, was {critical}. ")
     start = m.keeps_up_from(b)
     if start is not None:
         text.append(f"Batch {b:,} kept up from sample {start:,} on.")
     elif b <= m.branched_to:
-        text.append(f"Batch {b:,} did not keep up on any branch: expect it to need more "
-                    f"samples than the baseline (--budget hold), or train at "
-                    f"{max(c.batch for c in m.critical_batch):,}.", style="yellow")
+        text.append(f"Batch {b:,} did not keep up on any branch: expect it to need more than "
+                    "twice the baseline's samples (--budget hold gives it the epochs the "
+                    "forecast asks for).", style="yellow")
     else:
         text.append(f"Batch {b:,} lies beyond the branches: extrapolated.", style="yellow")
     marks = Text("η and the second moment: measured at this batch." if m.settings is not None
