@@ -3,13 +3,17 @@ branch unstable by it, and the spike guard of ``date scale`` rolls a run back on
 
 A step spikes when its loss or gradient norm is not finite, or when, after the first
 ``settle`` steps and for ``PERSIST`` steps in a row, the loss's fast average (the last few steps)
-stands above its slow average (the running level) by more than ``LOSS_MARGIN`` of that level
-and ``DEVIATIONS`` times the loss's usual step-to-step deviation, or the gradient norm's fast
-average stands ``GRAD_FACTOR`` times above its running level. Both averages are exponential; the
+stands above its slow average (the running level) by more than ``LOSS_MARGIN`` of the larger of
+that level and the first loss watched, and ``DEVIATIONS`` times the loss's usual step-to-step
+deviation, or the gradient norm's fast
+average stands ``GRAD_FACTOR`` times above the larger of its running level and the first norm
+watched. Both averages are exponential; the
 deviation is the slow average of |loss − level|. One hard batch at a small batch size lifts the
 fast average for a step or two (a batch of 32 on digits did, before ``PERSIST``); a run that
 diverges (gpt-char at 64× went from 2.5 to 11.8 and stayed, docs/results-transformers.md) stays
-above. Plain Python, no torch.
+above. The first loss sets the margin's scale: a run trained down to 0.008 whose hard batches
+read 0.19 for a few steps has not spiked (a lenet-digits run of 10,000 steps did, against a
+margin of its level alone). Plain Python, no torch.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ __all__ = ["DEVIATIONS", "GRAD_FACTOR", "LOSS_MARGIN", "PERSIST", "ROLLBACKS", "
            "SpikeWatch"]
 
 LOSS_MARGIN = 0.3
-"""A spike's fast loss stands at least this share above the running level."""
+"""A spike's fast loss stands above the running level by at least this share of the larger of
+that level and the first loss watched."""
 DEVIATIONS = 6.0
 """... and this many usual deviations above it."""
 GRAD_FACTOR = 20.0
@@ -50,13 +55,16 @@ class SpikeWatch:
     grad_fast: float = 0.0
     above: int = 0
     """Steps in a row above the margin so far."""
+    first: float = 0.0
+    """The first loss watched: the scale of the margin once the loss has fallen far."""
+    grad_first: float = 0.0
 
     def observe(self, loss: float, grad_norm: float | None = None) -> str | None:
         if not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(grad_norm)):
             return "a non-finite loss or gradient"
         if self.seen == 0:
-            self.level = self.fast = loss
-            self.grad_level = self.grad_fast = grad_norm or 0.0
+            self.level = self.fast = self.first = loss
+            self.grad_level = self.grad_fast = self.grad_first = grad_norm or 0.0
         self.seen += 1
         self.fast += _FAST * (loss - self.fast)
         if grad_norm is not None:
@@ -64,12 +72,13 @@ class SpikeWatch:
         why = None
         if self.seen > self.settle:
             excess = self.fast - self.level
-            if excess > max(LOSS_MARGIN * abs(self.level), DEVIATIONS * self.deviation):
+            scale = max(abs(self.level), abs(self.first))
+            if excess > max(LOSS_MARGIN * scale, DEVIATIONS * self.deviation):
                 why = (f"the loss rose to {self.fast:.4g} against its running level "
                        f"{self.level:.4g}")
             elif grad_norm is not None and self.grad_level > 0 and \
-                    self.grad_fast > GRAD_FACTOR * self.grad_level:
-                why = (f"the gradient norm rose to {self.grad_fast:.4g}, {GRAD_FACTOR:g}× its "
+                    self.grad_fast > GRAD_FACTOR * max(self.grad_level, self.grad_first):
+                why = (f"the gradient norm rose to {self.grad_fast:.4g}, over {GRAD_FACTOR:g}× its "
                        f"running level {self.grad_level:.4g}")
         self.above = self.above + 1 if why else 0
         if why:  # above the margin: not the level it is measured against; a spike once it stays
@@ -80,10 +89,16 @@ class SpikeWatch:
             self.grad_level += _SLOW * (grad_norm - self.grad_level)
         return None
 
+    def rebase(self) -> None:
+        """Take where the loss and gradient norm stand now as their level (a spike the run
+        trains through)."""
+        self.level, self.grad_level, self.above = self.fast, self.grad_fast, 0
+
     def state_dict(self) -> dict[str, float]:
         return {"seen": self.seen, "level": self.level, "fast": self.fast,
                 "deviation": self.deviation, "grad_level": self.grad_level,
-                "grad_fast": self.grad_fast, "above": self.above}
+                "grad_fast": self.grad_fast, "above": self.above, "first": self.first,
+                "grad_first": self.grad_first}
 
     def load_state_dict(self, state: dict[str, float]) -> None:
         for key, value in state.items():

@@ -146,6 +146,11 @@ def test_a_noisy_loss_is_no_spike_and_a_divergence_is_one_within_a_few_steps():
     again.load_state_dict(state)  # a resumed watch goes on as the one it was saved from
     assert [again.observe(11.8, 30.0) for _ in range(PERSIST)] == fired
     assert SpikeWatch().observe(float("nan")) == "a non-finite loss or gradient"
+    trained = SpikeWatch()  # a run trained far down: a few hard batches are no spike
+    for step in range(3000):
+        trained.observe(2.3 * math.exp(-step / 300) + 0.008)
+    assert all(trained.observe(0.19) is None for _ in range(10))
+    assert "the loss rose" in [trained.observe(2.3) for _ in range(PERSIST)][-1]
     grad = SpikeWatch()
     for _ in range(100):
         grad.observe(1.0, 0.2)

@@ -78,3 +78,6 @@ def test_a_spike_that_keeps_coming_back_stops_the_run_with_its_checkpoints_intac
     assert failed["exit_code"] == 3
     off = _scale(tmp_path / "off", "--set", "train.spike_guard=false", spike_at=31, spike_for=5)
     assert off.returncode == 0 and "rolled back" not in off.stdout  # trained through
+    early = _scale(tmp_path / "early", "--set", "train.checkpoint_every=100", spike_at=31)
+    assert early.returncode == 0, early.stderr  # nothing to go back to yet: said, trained on
+    assert "no checkpoint of this run to roll back to yet" in early.stdout

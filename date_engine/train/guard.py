@@ -3,7 +3,8 @@
 (:mod:`date_engine.spikes`) sends the run back to its newest checkpoint, which predates the
 spike (no checkpoint is written while the loss stands above its margin), to train on from there
 with the LR multiplied by ``train.spike_lr_factor``; at most ROLLBACKS times, after which the
-next spike stops the run with its checkpoints intact. Each rollback is a record in
+next spike stops the run with its checkpoints intact; a finite spike before the run's first
+checkpoint is said and trained through. Each rollback is a record in
 metrics.jsonl, summary.json and the run's report; the guard's state (its watch, the LR's factor
 and the rollbacks so far) rides in every checkpoint, so a resumed run goes on as the
 uninterrupted one would."""
@@ -132,8 +133,14 @@ def after_verdict(trainer: Any, step: int, loss: Any, verdict: Any, steps: Any, 
         return back
     if verdict.state_nonfinite or verdict.nonfinite:
         return stop_nonfinite(t, step, loss, verdict, steps, log)
-    if spike:
+    if spike and watch.exhausted:
         return t._fail(spiking_message(watch, step, spike, ckpt.newest_valid(t.folder)), step)
+    if spike:  # finite, with no checkpoint of this run to go back to: said, trained through
+        watch.watch.rebase()
+        if t.rt.is_main:
+            t.console.print(note_line(f"step {step}: {spike}; no checkpoint of this run to roll "
+                                      "back to yet, so it trains on (train.spike_guard)."),
+                            soft_wrap=True)
     return None
 
 
