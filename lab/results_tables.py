@@ -561,7 +561,77 @@ def trainer_overhead_table() -> str:
     return "\n".join(lines)
 
 
+BRANCH_STUDIES = (
+    ("gpt-char", "gpt-char-768", ("gpt-char-branches", "gpt-char-branches-96"), 3),
+    ("Fashion-MNIST", "fashion-4096", ("fashion-branches",), 2),
+    ("MNIST", "lenet-mnist-4096", ("lenet-mnist-branches",), 2),
+)
+"""(study, its probe in docs/results/branch-probes, its sweeps, the digits its Δ is given to)."""
+
+
+def _branch_probe(name: str) -> dict:
+    return json.loads((RESULTS / "branch-probes" / f"{name}.json").read_text())
+
+
+def _moment(name: str) -> str:
+    return {"scaled": "the rule's second moment", "fixed": "the baseline's second moment"}[name]
+
+
+def branch_forecast_table() -> str:
+    """What each study's branches measured: its checkpoints and branches, the critical batch at
+    each checkpoint, the settings taken at the target, and what that forecasts for it."""
+    lines = ["| study | target | checkpoints (samples) | branches × samples | critical batch | "
+             "settings at the target | forecast for the target |",
+             "|---|---:|---|---:|---|---|---|"]
+    for study, probe_name, _, _ in BRANCH_STUDIES:
+        probe = _branch_probe(probe_name)
+        target, critical = probe["target_batch"], probe["critical_batch"]
+        s = probe["settings"]
+        how = "stable, lowest loss" if s["stable"] else "none stable at its peak; lowest loss"
+        keeps = next((c["at_samples"] for c in critical if c["batch"] >= target), None)
+        points = ", ".join(f"{c['at_samples']:,}" for c in critical)
+        batches = ", ".join(f"{c['batch']:,}" for c in critical)
+        lines.append(
+            f"| {study} | {target:,} ({target // probe['baseline']['batch_size']}×) | "
+            f"{points} | {len(probe['branches'])} × {probe['branch_cost']['samples']:,} | "
+            f"{batches} | k^{s['lr_exponent']:g}, "
+            f"{_moment(s['second_moment'])} ({how}, of {s['tried']}) | "
+            + (f"keeps up from sample {keeps:,}" if keeps is not None else
+               f"does not keep up; the largest that did: {critical[-1]['batch']:,}") + " |")
+    return "\n".join(lines)
+
+
+def branch_cells_table() -> str:
+    """The cells of the branches study: the target batch on the plan its probe's branches give,
+    and the batch they named as the largest that kept up, each against its sweep's baseline."""
+    lines = ["| study | batch (k) | plan | baseline | Δ (seeds) | holds | the branches said | "
+             "data |", "|---|---:|---|---:|---:|---|---|---|"]
+    for study, probe_name, names, digits in BRANCH_STUDIES:
+        probe = _branch_probe(probe_name)
+        target, named = probe["target_batch"], probe["critical_batch"][-1]["batch"]
+        s = probe["settings"]
+        for name in names:
+            summary = sweep(name)
+            base = summary.baseline
+            for g in summary.groups:
+                budget = g.scheme.partition("+")[2] or "same-epochs"
+                plan = (f"{budget}, measured k^{s['lr_exponent']:g}, {_moment(s['second_moment'])}"
+                        if g.batch == target else f"{budget}, the rule's with its probe")
+                said = ("does not keep up" if g.batch == target and named < target else
+                        "keeps up" if g.batch == target else
+                        "the largest that kept up" if g.batch == named else "—")
+                seeds = ", ".join(_num(r.metric - base.mean, digits) for r in g.results
+                                  if r.metric is not None)
+                lines.append(
+                    f"| {study} | {g.batch:,} ({g.batch // base.batch}×) | {plan} | "
+                    f"{base.mean:.{digits + 1}f} | {_num(g.delta, digits)} ({seeds}) | "
+                    f"{'yes' if g.holds else 'no'} | {said} | {_link(name, '')} |")
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "branch-forecasts": branch_forecast_table,
+    "branch-cells": branch_cells_table,
     "trainer-overhead": trainer_overhead_table,
     "gpt-char": gpt_char_table,
     "gpt-probe": gpt_probe_table,
@@ -582,7 +652,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "other-baselines": holdout.other_baselines_table,
 }
 
-FILES = ("README.md", "docs/results.md", "docs/results-transformers.md", "docs/noise.md",
+FILES = ("README.md", "docs/results.md", "docs/results-transformers.md",
+         "docs/results-branches.md", "docs/noise.md",
          "docs/integrations.md", "docs/performance.md")
 _BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 
