@@ -179,11 +179,9 @@ def branch_cost(baseline_batch: int, target: int, points: int, settings: int,
     if fits < 1:
         need = (per_point + settings) * least
         raise DateError(
-            f"branches up to batch {target} need {need:,} samples at least ({per_point} batches "
-            f"from one checkpoint and {settings} settings at {target}, {MIN_BRANCH_STEPS} steps "
-            f"each of {target}), {need / limit:.1f}× the budget of {limit:,} samples (the larger "
-            f"of one baseline run and a tenth of the target's); pass --branch-samples {need} or "
-            "more to spend it, or a smaller --batch.")
+            f"branches up to batch {target} need {need:,} samples at least, {need / limit:.1f}× "
+            f"the budget of {limit:,}; pass --branch-samples {need} or more, or a "
+            "smaller --batch (docs/branches.md).")
     chosen = min(points, fits)
     steps = max(MIN_BRANCH_STEPS, limit // ((chosen * per_point + settings) * target))
     samples = steps * target
@@ -290,11 +288,6 @@ class Measurement:
         """The samples from which, on the branches, ``batch`` kept up with the baseline (the
         first checkpoint whose critical batch is at least ``batch``); None where none was."""
         return next((c.at_samples for c in self.critical_batch if c.batch >= batch), None)
-
-    def measured_at(self, batch: int) -> bool:
-        """Whether the branches measured ``batch`` itself (a rung of their ladder)."""
-        return batch in ladder(self.critical_batch[0].batch, self.branched_to) \
-            if self.critical_batch else batch == self.branched_to
 
     @classmethod
     def from_dict(cls, data: dict) -> Measurement:

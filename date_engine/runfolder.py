@@ -418,11 +418,11 @@ class MetricsLog:
     def __init__(self, folder: RunFolder, resume_step: int | None = None) -> None:
         self.path = folder.metrics_path
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._folder = folder
         if resume_step is None:
             self.path.write_text("")
         elif self.path.exists():
-            kept = [r for r in folder.read_metrics() if r["step"] <= resume_step]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            self._keep_through(resume_step)
         self._file = open(self.path, "a")  # noqa: SIM115 - open for the run, closed by close()
         self._tb = _tensorboard(folder.tensorboard_dir)
 
@@ -430,10 +430,13 @@ class MetricsLog:
         """Drop the records after ``step`` and append ``record`` (a spike guard's rollback; the
         TensorBoard scalars already written stay)."""
         self._file.close()
-        kept = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
-        kept = [r for r in kept if r["step"] <= step] + [record]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        self._keep_through(step, record)
         self._file = open(self.path, "a")  # noqa: SIM115 - open for the run, closed by close()
+
+    def _keep_through(self, step: int, *after: dict[str, Any]) -> None:
+        """Rewrite the file with its records up to ``step``, then ``after``."""
+        kept = [r for r in self._folder.read_metrics() if r["step"] <= step] + list(after)
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
 
     @property
     def tensorboard(self) -> bool:

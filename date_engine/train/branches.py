@@ -32,7 +32,8 @@ from date_engine.train.config import RunConfig
 from date_engine.train.launch import LaunchOptions, launch
 from date_engine.train.trainer import EXIT_NONFINITE
 
-__all__ = ["BranchJob", "branch_jobs", "branch_plan", "branch_spec", "run_branch"]
+__all__ = ["BranchJob", "branch_jobs", "branch_plan", "branch_spec", "link_or_copy",
+           "run_branch"]
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def run_branch(job: BranchJob, probed: RunConfig, recipe: Any, folder: Path, npr
     target = RunFolder(run_dir)
     shutil.rmtree(here, ignore_errors=True)  # a branch stopped halfway starts over
     target.checkpoint_dir.mkdir(parents=True)
-    _link(job.checkpoint, target.checkpoint_dir / job.checkpoint.name)
+    link_or_copy(job.checkpoint, target.checkpoint_dir / job.checkpoint.name)
     config = dataclasses.replace(
         probed, spec=spec, batch=job.batch, run=run.to_dict(), output_dir=str(run_dir),
         micro_batch=run.split.micro_batch, resume=True, force_replan=True,
@@ -182,9 +183,9 @@ def _measured(job: BranchJob, records: list[dict[str, Any]], start: int, steps: 
                   start_loss=begun, half_loss=half_loss, half_metric=half_metric)
 
 
-def _link(source: Path, dest: Path) -> None:
-    """``dest`` as a hard link to ``source`` (a copy where the file system has none): the
-    branch's run removes its own copy, never the probe's."""
+def link_or_copy(source: Path, dest: Path) -> None:
+    """``dest`` as a hard link to ``source`` (a copy where the file system has none): removing
+    one (a run's checkpoint rotation) leaves the other."""
     try:
         os.link(source, dest)
     except OSError:

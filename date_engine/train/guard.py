@@ -107,14 +107,12 @@ def roll_back(guard: SpikeGuard, folder: Any, step: int, why: str, steps: Any, n
 
 
 def spiking_message(guard: SpikeGuard, step: int, why: str, newest: Any) -> str:
-    """The one sentence a run stopped by a spike ends with (its rollbacks spent, or none
-    possible); ``newest``: its newest valid checkpoint, if any."""
-    where = f"; its checkpoints are intact, the newest {newest.path}" if newest else ""
-    spent = (f"after {len(guard.rollbacks)} rollbacks, each lowering the LR ×{guard.factor:g}"
-             if guard.rollbacks else "with no checkpoint of this run to roll back to")
-    return (f"the loss spiked at step {step} ({why}) {spent}{where}. Train at a smaller batch or "
-            "a lower LR (date probe --batch B measures which hold), or set "
-            "train.spike_guard=false to train through it.")
+    """The one sentence a run stopped by a spike ends with (its rollbacks spent); ``newest``:
+    its newest valid checkpoint, if any."""
+    kept = "; its checkpoints are intact" if newest else ""
+    return (f"the loss spiked at step {step} ({why}) after {len(guard.rollbacks)} rollbacks, "
+            f"each lowering the LR ×{guard.factor:g}{kept}. Lower the LR or the batch (date "
+            "probe --batch B measures which hold), or set train.spike_guard=false.")
 
 
 def after_verdict(trainer: Any, step: int, loss: Any, verdict: Any, steps: Any, data: Any,

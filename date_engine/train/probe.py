@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +39,13 @@ from date_engine.probe import (
 from date_engine.runfolder import RunFolder
 from date_engine.runplan import largest_divisor
 from date_engine.spec import parse_spec
-from date_engine.train.branches import branch_jobs, branch_plan, branch_spec, run_branch
+from date_engine.train.branches import (
+    branch_jobs,
+    branch_plan,
+    branch_spec,
+    link_or_copy,
+    run_branch,
+)
 from date_engine.train.config import RunConfig
 from date_engine.train.launch import LaunchOptions, launch
 from date_engine.train.trainer import EXIT_NONFINITE
@@ -183,7 +188,7 @@ def run_probe(spec_path: Path, spec: Any, recipe: Any, options: ProbeOptions, fo
             summary = trained_in.read_summary()
             if cost is not None and summary is not None and summary.steps == stop:
                 kept.parent.mkdir(exist_ok=True)
-                shutil.copyfile(trained_in.checkpoint_path(stop), kept)
+                link_or_copy(trained_in.checkpoint_path(stop), kept)
         if kept.exists():
             points.append((kept, run.samples_through(stop)))
     summary = trained_in.read_summary()

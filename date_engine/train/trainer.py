@@ -286,7 +286,8 @@ class Trainer:
 
     def _loop(self, steps: StepRunner, data: RecipeData, log: RunLogger,
               policy: ckpt.CheckpointPolicy, start: int) -> str | None:
-        """Steps start+1 .. the stop; returns what stopped them early (a signal's name, etc.)."""
+        """Steps start+1 .. the stop. Returns what stopped them early ('SIGINT', 'SIGTERM',
+        'time-limit', 'signal', 'non-finite') or None."""
         rt, stop, self.saved, step, self.rng_before = self.rt, self.stop, start, start, None
         self.batches = iter(self._loader(data, start))
         steps.model.train()
