@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from tests.runs import SHORT, SPEC, date
+
+pytestmark = pytest.mark.slow  # each test starts `date scale` processes
 
 SPIKY = [*SHORT, "--set", "train.checkpoint_every=10", "--set", "train.log_every=1",
          "--recipe", "tests.fault_recipes:lenet_digits_spike"]
