@@ -34,9 +34,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["HELD_OUT_MISS", "HOLDING_FACTOR", "PLATEAU_MISS", "STEPS_LIMITED_MISSES", "Forecast",
-           "NoiseCurve", "batch_at_factor", "batch_slope", "epochs_factor", "forecast",
-           "holding_batch", "mean_cost"]
+__all__ = ["HELD_OUT_MISS", "HOLDING_FACTOR", "PLATEAU_MISS", "STEPS_LIMITED_MISSES",
+           "CriticalCurve", "Forecast", "NoiseCurve", "batch_at_factor", "batch_slope",
+           "epochs_factor", "forecast", "holding_batch", "mean_cost"]
 
 HOLDING_FACTOR = 4 / 3
 """f at the largest batch expected to hold accuracy at the baseline's epochs (a calibration:
@@ -93,6 +93,16 @@ class NoiseCurve:
         x = math.log(max(epoch, 1e-9))
         return self.spread * math.sqrt(1 / self.points + (x - self.center) ** 2 / self.sxx)
 
+    def progress_at(self, noise: float) -> float:
+        """The first epoch e with a·e^β ≥ ``noise`` (β > 0: the noise scale grows); infinity if it
+        never does."""
+        if self.beta <= 0:
+            return math.inf if noise > self.a else 0.0
+        try:
+            return (noise / self.a) ** (1.0 / self.beta)
+        except OverflowError:  # a curve so flat the noise reaches this only past any run's end
+            return math.inf
+
     def shifted(self, z: float) -> Callable[[float], float]:
         """The curve ``z`` standard errors above (z > 0) or below the fit at every epoch (a fit
         too wide to say gives inf or 0, not an overflow)."""
@@ -118,6 +128,76 @@ class NoiseCurve:
         spread = math.sqrt(sum(r * r for r in residuals) / (n - 2)) if n > 2 else 0.0
         return cls(math.exp(my - beta * mx), beta, min(e for e, _ in usable),
                    max(e for e, _ in usable), points=n, spread=spread, center=mx, sxx=sxx)
+
+
+@dataclass(frozen=True)
+class CriticalCurve:
+    """The critical batch over the baseline's progress as a probe's branches measured it
+    (:mod:`date_engine.branches`), in place of B_noise in the cost model: McCandlish's B_crit is
+    the batch that needs twice the fewest samples, which is what a branch that "keeps up" reads.
+
+    At and between the measured epochs it is the batch measured at the latest of them (the
+    critical batch grows, so this never exceeds what was measured); before the first it falls
+    with the noise curve's shape and after the last it rises with it (``shape``, the probe's
+    fit: extrapolated), and stays flat where the probe has no curve."""
+
+    points: tuple[tuple[float, int], ...]
+    """(epoch, critical batch) per checkpoint branched from, in order."""
+    shape: NoiseCurve | None = None
+    steps_limited = False
+
+    @classmethod
+    def of(cls, measured: Sequence[tuple[int, int]], samples_per_epoch: int,
+           shape: NoiseCurve | None) -> CriticalCurve:
+        """From (samples, critical batch) pairs, the baseline's samples at each checkpoint."""
+        return cls(tuple(sorted((s / samples_per_epoch, b) for s, b in measured)), shape)
+
+    @property
+    def first(self) -> float:
+        return self.points[0][0]
+
+    @property
+    def last(self) -> float:
+        return self.points[-1][0]
+
+    @property
+    def lr_checked(self) -> bool:
+        return self.shape is not None and self.shape.lr_checked
+
+    def measured_at(self, epoch: float) -> bool:
+        """True where ``epoch`` lies within the measured checkpoints (not extrapolated)."""
+        return self.first <= epoch <= self.last
+
+    def _grown(self, epoch: float, anchor: float) -> float:
+        return self.shape(epoch) / self.shape(anchor) if self.shape is not None else 1.0
+
+    def __call__(self, epoch: float) -> float:
+        (e1, c1), (en, cn) = self.points[0], self.points[-1]
+        if epoch < e1:
+            return c1 * min(1.0, self._grown(epoch, e1))
+        if epoch >= en:
+            return cn * max(1.0, self._grown(epoch, en))
+        return next(c for e, c in reversed(self.points) if e <= epoch)
+
+    def progress_at(self, batch: float) -> float:
+        """The first epoch at which the curve reaches ``batch``; infinity if it never does."""
+        (e1, c1), (en, cn) = self.points[0], self.points[-1]
+        beta = self.shape.beta if self.shape is not None else 0.0
+        if batch <= c1:  # reached by the first checkpoint: where the shape brings it there
+            return e1 * (batch / c1) ** (1.0 / beta) if beta > 0 else 0.0
+        reached = next((e for e, c in self.points if c >= batch), None)
+        if reached is not None:
+            return reached
+        if beta <= 0:
+            return math.inf
+        try:
+            return en * (batch / cn) ** (1.0 / beta)
+        except OverflowError:
+            return math.inf
+
+    def log_error(self, epoch: float) -> float:
+        """Not a fit: no standard error (the forecast gives no B_hold range)."""
+        return math.nan
 
 
 def _costed(curve: Callable[[float], float]) -> Callable[[float], float]:
@@ -200,8 +280,8 @@ class Forecast:
         return self.baseline_steps / self.steps
 
 
-def forecast(curve: NoiseCurve, batch: int, baseline_batch: int, baseline_epochs: float,
-             dataset_size: int) -> Forecast:
+def forecast(curve: NoiseCurve | CriticalCurve, batch: int, baseline_batch: int,
+             baseline_epochs: float, dataset_size: int) -> Forecast:
     factor = epochs_factor(curve, batch, baseline_batch, baseline_epochs)
     epochs = factor * baseline_epochs
     return Forecast(

@@ -37,7 +37,7 @@ from typing import Any, Literal
 from date_engine.branches import Measurement, TargetSettings
 from date_engine.catalog import BatchRule, OptimizerSettings, entry
 from date_engine.errors import PlanError, expect, named
-from date_engine.forecast import Forecast, NoiseCurve, forecast
+from date_engine.forecast import CriticalCurve, Forecast, NoiseCurve, forecast
 from date_engine.ramp import Change, Rung, follow, ramp
 from date_engine.shapes import Schedule
 from date_engine.spec import LR_FLOOR, MAX_STEPS, Spec
@@ -182,6 +182,12 @@ class Plan:
     """The baseline's gradient clipping (``train.grad_clip``), the global norm every optimizer
     step is clipped to, kept at every batch; None: no clipping. ``date scale``, ``--emit`` and the
     adapters all read it here."""
+
+    @property
+    def critical_curve(self) -> CriticalCurve | None:
+        """The critical batch over the baseline's epochs the probe's branches measured, which the
+        forecast, ``hold`` and ``ramp`` read in place of the noise curve; None without branches."""
+        return _critical_curve(self.measured, self.dataset_size, self.noise_curve)
 
     @property
     def ramp_changes(self) -> tuple[Change, ...]:
@@ -583,15 +589,19 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
     scaling, p, peak, lr_note = _peak_lr(d, spec, k, noise_curve, taken)
     warmup = date.warmup or "legw"
     total_epochs = i0 * b0 / n
+    cost = _critical_curve(measured, n, noise_curve) or noise_curve
     stages, ramp_samples = (
-        _ramp(d, spec, noise_curve, batch, n, multiple_of, total_epochs, ramp_changes)
+        _ramp(d, spec, noise_curve, cost, batch, n, multiple_of, total_epochs, ramp_changes,
+              taken)
         if date.budget == "ramp" else ((), 0))
     if ramp_changes and not (stages and date.ramp == "measured"):
         raise ValueError("moves up a batch ramp apply only to date.budget ramp, date.ramp measured")
     warmup_epochs, warmup_iterations = _warmup(d, warmup, stages, k, w0, n, b0, batch)
-    ahead = _forecast(d, spec, noise_curve, batch, b0, total_epochs, n)
+    ahead = _forecast(d, spec, cost, batch, b0, total_epochs, n)
     if stages:
-        total_epochs, total_iterations = _ramp_budget(d, stages, ramp_samples, n, total_epochs, i0)
+        total_epochs, total_iterations = _ramp_budget(
+            d, stages, ramp_samples, n, total_epochs, i0,
+            "B_crit" if isinstance(cost, CriticalCurve) else "B_noise")
     elif date.budget == "hold":
         total_epochs, total_iterations = _hold_budget(d, ahead, total_epochs, n, batch, i0)
     else:
@@ -677,10 +687,11 @@ def _hold_budget(d: _Ledger, ahead: Forecast | None, e0: float, n: int, batch: i
 
 
 def _ramp_budget(d: _Ledger, stages: tuple[BatchStage, ...], samples: int, n: int, e0: float,
-                 i0: int) -> tuple[float, int]:
-    """ramp: the samples the forecast puts on the ramp's rungs, and their steps."""
+                 i0: int, what: str = "B_noise") -> tuple[float, int]:
+    """ramp: the samples the forecast puts on the ramp's rungs, and their steps; ``what`` the
+    curve's name (B_crit where the probe's branches measured it)."""
     epochs = d("E_tot", "total_epochs", samples / n,
-               "∫₀^E0 (B_noise(e) + b(e)) / (B_noise(e) + B0) de",
+               f"∫₀^E0 ({what}(e) + b(e)) / ({what}(e) + B0) de",
                f"b(e) the ramp's batch, E0 = {fmt(e0)}",
                "the epochs the ramp is forecast to need for the baseline's loss")
     last = stages[-1].last_step
@@ -689,13 +700,23 @@ def _ramp_budget(d: _Ledger, stages: tuple[BatchStage, ...], samples: int, n: in
     return epochs, steps
 
 
-def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, n: int,
-          multiple_of: int, e0: float, changes: tuple[Change, ...]
-          ) -> tuple[tuple[BatchStage, ...], int]:
-    """budget ramp: the stages of :func:`date_engine.ramp.ramp` (with a measured ramp's
-    ``changes`` applied by :func:`~date_engine.ramp.follow`), each with the LR and optimizer
-    options the rule derives at its batch (recorded once, as the ramp's row); and the samples
-    of the planned ramp, which the LR's shape spans whatever the run's moves."""
+def _critical_curve(measured: Measurement | None, n: int, shape: NoiseCurve | None
+                    ) -> CriticalCurve | None:
+    """The measured critical batch as a curve over the baseline's epochs; None without one."""
+    if measured is None or not measured.critical_batch:
+        return None
+    return CriticalCurve.of([(c.at_samples, c.batch) for c in measured.critical_batch], n, shape)
+
+
+def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, cost: NoiseCurve | CriticalCurve |
+          None, batch: int, n: int, multiple_of: int, e0: float, changes: tuple[Change, ...],
+          taken: TargetSettings | None = None) -> tuple[tuple[BatchStage, ...], int]:
+    """budget ramp: the stages of :func:`date_engine.ramp.ramp` on ``cost`` (the measured critical
+    batch where the probe branched, else the noise curve; with a measured ramp's ``changes``
+    applied by :func:`~date_engine.ramp.follow`), each with the LR and optimizer options the rule
+    derives at its batch (recorded once, as the ramp's row); and the samples of the planned ramp,
+    which the LR's shape spans whatever the run's moves. The stage at the batch the probe's
+    branches measured settings at (``taken``) takes them."""
     if curve is None:
         raise PlanError(
             "date.budget is ramp, which grows the batch with the noise scale a probe measured; "
@@ -703,7 +724,7 @@ def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, n: int,
             f"use {named('budget', '--budget', 'same-epochs')}.")
     b0, measured = spec.baseline.batch_size, spec.date.ramp == "measured"
     reach = spec.date.ramp_reach
-    rungs = ramp(curve, batch, b0, e0, n, multiple_of, reach)
+    rungs = ramp(cost, batch, b0, e0, n, multiple_of, reach)
     samples = rungs[-1].samples_after
     if measured:
         rungs = follow(rungs, changes, samples)
@@ -711,12 +732,23 @@ def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, n: int,
     for rung in rungs:
         scratch = _Ledger()  # the stage's values are shown in the ramp's table
         k = rung.batch / b0
-        _, p, peak, _ = _peak_lr(scratch, spec, k, curve)
-        options = _optimizer(scratch, spec, k, p).options
+        here = taken if taken is not None and taken.batch == rung.batch else None
+        _, p, peak, _ = _peak_lr(scratch, spec, k, curve, here)
+        options = _optimizer(scratch, spec, k, p, here.second_moment
+                             if here and spec.date.second_moment is None else None).options
         stages.append(BatchStage(**asdict(rung), scale=k, peak_lr=peak, options=options))
+    moved = f"; {len(changes)} move(s) measured in the run" if changes else ""
+    if isinstance(cost, CriticalCurve):
+        d("B_j", "ramp", [st.batch for st in stages],
+          "B / 2^j, from the step where B_crit ≥ B_j / ρ",
+          f"B_crit {_critical_points(cost)}, ρ = {fmt(reach)}{moved}",
+          "measured: the critical batch the probe's branches read, the noise curve's growth "
+          "before and after them (extrapolated)"
+          + ("; a run moves up earlier only where its own noise scale passes a rung past the "
+             "last branched checkpoint" if measured else ""))
+        return tuple(stages), samples
     d("B_j", "ramp", [st.batch for st in stages], "B / 2^j, from the step where B_noise ≥ B_j / ρ",
-      f"B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}, ρ = {fmt(reach)}"
-      + (f"; {len(changes)} move(s) measured in the run" if changes else ""),
+      f"B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g}, ρ = {fmt(reach)}{moved}",
       "the batch grows as the measured noise scale does (docs/noise.md)"
       + ("; measured: up a rung once the run's own noise scale, once measurable and risen from "
          "its lowest, passes B_j / ρ; at the latest here"
@@ -732,9 +764,10 @@ def _ramp_step(stages: tuple[BatchStage, ...], samples: float) -> float:
     return float(stages[-1].last_step)
 
 
-def _forecast(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, b0: int,
-              e0: float, n: int) -> Forecast | None:
-    """The probe's forecast for ``batch`` (docs/noise.md), recorded; None without a probe, which
+def _forecast(d: _Ledger, spec: Spec, curve: NoiseCurve | CriticalCurve | None, batch: int,
+              b0: int, e0: float, n: int) -> Forecast | None:
+    """The probe's forecast for ``batch`` (docs/noise.md), recorded: from the critical batch its
+    branches measured where it has them, else from its noise curve; None without a probe, which
     budget hold refuses."""
     if curve is None:
         if spec.date.budget == "hold":
@@ -744,6 +777,8 @@ def _forecast(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, b0: 
                 f"{named('budget', '--budget', 'same-epochs')}.")
         return None
     ahead = forecast(curve, batch, b0, e0, n)
+    if isinstance(curve, CriticalCurve):
+        return _measured_forecast(d, curve, ahead, batch, b0, e0)
     d("B_noise", "forecast.noise_at_end", ahead.noise_at_end, "a · E0^β",
       f"{curve.a:.4g} · {fmt(e0)}^{curve.beta:.3g}",
       f"the probe's noise scale at the baseline's end (measured to epoch {curve.last:.3g})")
@@ -771,6 +806,26 @@ def _forecast(d: _Ledger, spec: Spec, curve: NoiseCurve | None, batch: int, b0: 
         d("B_hold+", "forecast.holding_high", ahead.holding_high, "B_hold on B_noise(e)·e^+s(e)",
           "one standard error above the fit", "the probe's own uncertainty, not the model's")
     return ahead
+
+
+def _measured_forecast(d: _Ledger, curve: CriticalCurve, ahead: Forecast, batch: int, b0: int,
+                       e0: float) -> Forecast:
+    """The forecast's rows where the probe's branches measured the critical batch."""
+    d("B_crit", "forecast.noise_at_end", ahead.noise_at_end, "B_crit(E0)", _critical_points(curve),
+      f"measured at epochs {curve.first:.3g}–{curve.last:.3g}; to E0 = {fmt(e0)} the noise "
+      "curve's growth (extrapolated)" if curve.last < e0 else "measured: branches")
+    d("f", "forecast.factor", ahead.factor, "∫₀^E0 (B_crit(e) + B) / (B_crit(e) + B0) de / E0",
+      f"B = {fmt(batch)}, B0 = {fmt(b0)}, E0 = {fmt(e0)}",
+      "epochs to the baseline's loss over its epochs, B_crit measured in place of B_noise "
+      "(McCandlish et al. 2018)")
+    d("B_hold", "forecast.holding_batch", ahead.holding_batch, "B where f = 4/3",
+      _critical_points(curve), "beyond it same-epoch training is expected to lose accuracy")
+    return ahead
+
+
+def _critical_points(curve: CriticalCurve) -> str:
+    """``96 at epoch 0.0422, 96 at epoch 0.0844``: the measured points, for the ledger."""
+    return ", ".join(f"{c:,} at epoch {e:.3g}" for e, c in curve.points)
 
 
 def largest_batch(spec: Spec, n: int, multiple_of: int = 1) -> int:

@@ -34,9 +34,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from date_engine.forecast import NoiseCurve, mean_cost
+from date_engine.forecast import CriticalCurve, NoiseCurve, mean_cost
 
-__all__ = ["Change", "Follower", "Rung", "climb", "follow", "ladder", "move", "ramp"]
+__all__ = ["Change", "Follower", "Rung", "climb", "follow", "ladder", "move", "ramp", "run_samples"]
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def ladder(target: int, baseline: int, multiple_of: int = 1) -> list[int]:
     return rungs[::-1]
 
 
-def ramp(curve: NoiseCurve, target: int, baseline: int, baseline_epochs: float,
+def ramp(curve: NoiseCurve | CriticalCurve, target: int, baseline: int, baseline_epochs: float,
          dataset_size: int, multiple_of: int = 1, reach: float = 1.0) -> tuple[Rung, ...]:
     """The ramp to ``target`` for a baseline of ``baseline_epochs`` epochs at batch ``baseline``
     on ``dataset_size`` samples per epoch, each rung from where the noise scale reaches rung /
@@ -83,7 +83,7 @@ def ramp(curve: NoiseCurve, target: int, baseline: int, baseline_epochs: float,
     ramp then ends below the target)."""
     rungs = ladder(target, baseline, multiple_of)
     # the progress e_j at which each rung becomes useful: B_noise(e_j) = rung/ρ (B_noise rises)
-    starts = [0.0] + [_progress_at(curve, b / reach) for b in rungs[1:]]
+    starts = [0.0] + [curve.progress_at(b / reach) for b in rungs[1:]]
     kept = [(b, e) for b, e in zip(rungs, starts) if e < baseline_epochs]
     # a rung the next one starts with (the noise already past both) is skipped
     kept = [(b, e) for i, (b, e) in enumerate(kept) if i + 1 == len(kept) or kept[i + 1][1] > e]
@@ -169,30 +169,45 @@ def move(stages: tuple[Rung, ...], rungs: list[int], step: int, noise: float | N
     return Change(step + 1, rung, noise)
 
 
-def _progress_at(curve: NoiseCurve, noise: float) -> float:
-    """e with a·e^β = noise (β > 0: the noise scale grows); infinity if it never does."""
-    if curve.beta <= 0:
-        return math.inf if noise > curve.a else 0.0
-    try:
-        return (noise / curve.a) ** (1.0 / curve.beta)
-    except OverflowError:  # a curve so flat the noise reaches this only past any run's end
-        return math.inf
-
-
 class Follower:
     """A measured ramp's decision after each step (``date.ramp: measured``): the move up to the
     largest rung of the ladder the run's noise scale has passed, from the next step on, or None
     to stay (or where the plan moves there anyway). It moves only once the noise scale has been
     measurable and risen from its lowest (``noise.trusted``). Every process decides alike: the
     noise scale comes from the step's all-reduce. The ladder is the one ``derive_plan`` built:
-    rungs of the target batch halved, multiples of the processes."""
+    rungs of the target batch halved, multiples of the processes. Where the probe's branches
+    measured the critical batch (``plan.critical_curve``), the planned ramp follows it and the run
+    moves on its own only past the last checkpoint they branched from (never above what they
+    measured)."""
 
-    def __init__(self, noise, target: int, baseline: int, world_size: int) -> None:
+    def __init__(self, noise, plan, world_size: int) -> None:
         self.noise = noise
-        self.rungs = ladder(target, baseline, world_size)
+        self.rungs = ladder(plan.target_batch, plan.baseline_batch, world_size)
+        critical = plan.critical_curve
+        self.measured_until = 0.0 if critical is None else run_samples(
+            critical, plan.ramp, plan.baseline_batch, plan.ramp_reach, critical.last,
+            plan.dataset_size)
+        """Samples the planned ramp has trained when the baseline reaches the last checkpoint
+        the probe branched from (0 without branches): before them it follows the branches."""
 
     def after(self, step: int, stages, reach: float) -> Change | None:
         """The move after optimizer step ``step`` of a ramp planned as ``stages``."""
-        if not self.noise.trusted:
+        current = next((s for s in stages if step <= s.last_step), stages[-1])
+        samples = current.samples_before + (step - current.first_step + 1) * current.batch
+        if not self.noise.trusted or samples < self.measured_until:
             return None
         return move(stages, self.rungs, step, self.noise.scale, reach)
+
+
+def run_samples(curve: NoiseCurve | CriticalCurve, stages: tuple[Rung, ...], baseline: int,
+                reach: float, progress: float, samples_per_epoch: int) -> float:
+    """The samples the ramp :func:`ramp` planned as ``stages`` on ``curve`` has trained by the
+    time it has made the baseline's ``progress`` (epochs): ε(progress) · n."""
+    starts = [0.0] + [curve.progress_at(st.batch / reach) for st in stages[1:]]
+    total = 0.0
+    for st, start, end in zip(stages, starts, starts[1:] + [math.inf]):
+        upto = min(end, progress)
+        if upto <= start:
+            break
+        total += mean_cost(curve, st.batch, baseline, start, upto) * (upto - start)
+    return total * samples_per_epoch

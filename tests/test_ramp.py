@@ -12,12 +12,13 @@ import sys
 import pytest
 import torch
 
+from date_engine.branches import CriticalBatch, Measurement, TargetSettings
 from date_engine.errors import PlanError
-from date_engine.forecast import NoiseCurve
+from date_engine.forecast import CriticalCurve, NoiseCurve, epochs_factor
 from date_engine.noise import NoiseScale
 from date_engine.plan import derive_plan
 from date_engine.probe import NoisePoint, Probe, baseline_identity
-from date_engine.ramp import Change, climb, follow, ladder, move, ramp
+from date_engine.ramp import Change, Follower, climb, follow, ladder, move, ramp, run_samples
 from date_engine.runplan import BatchSplit, RunPlan, split_batch, stage_split
 from date_engine.spec import parse_spec
 from date_engine.train.sampling import MicroBatchSampler
@@ -264,9 +265,9 @@ def test_a_move_rederives_the_plan_from_the_curve_it_holds(tmp_path):
     class Noise:
         trusted, scale = True, 5000.0
 
-    follower = Follower(Noise(), 4096, 128, 1)
-    assert follower.rungs == ladder(4096, 128)
     plan = moved.plan
+    follower = Follower(Noise(), plan, 1)
+    assert follower.rungs == ladder(4096, 128)
     assert follower.after(61, plan.ramp, plan.ramp_reach) == Change(62, 4096, 5000.0) == move(
         plan.ramp, ladder(4096, 128), 61, 5000.0, plan.ramp_reach)
     Noise.trusted = False
@@ -472,3 +473,91 @@ def test_a_sweep_compares_budgets_side_by_side(probe_file, tmp_path):
     assert refused.returncode == 2 and "--probe" in refused.stderr
     wrong = date("sweep", SPEC, *SHORT, "--batches", 64, "--budgets", "fast", "-o", out)
     assert wrong.returncode == 2 and "unknown budget 'fast'" in wrong.stderr
+
+
+# ---------------------------------------------------------------- measured by the probe's branches
+
+def _measured(*points):
+    """What a probe's branches to 4096 measured: (samples, critical batch) per checkpoint."""
+    return Measurement(4096, tuple(CriticalBatch(at, batch, 0.01) for at, batch in points))
+
+
+def test_the_critical_curve_is_measured_between_its_points_and_grows_with_the_noise_curve_outside():
+    """Between checkpoints: the batch measured at the latest passed; before the first it falls
+    and after the last it rises with the noise curve's shape; progress_at inverts it."""
+    curve = CriticalCurve.of([(60000, 256), (120000, 512)], 60000, RISING)  # epochs 1 and 2
+    assert (curve(1.0), curve(1.5), curve(2.0)) == (256, 256, 512)
+    assert curve(0.5) == pytest.approx(128) and curve(4.0) == pytest.approx(1024)
+    assert curve.measured_at(1.5) and not curve.measured_at(0.5) and not curve.measured_at(2.5)
+    for batch in (64, 256, 300, 512, 2048):
+        e = curve.progress_at(batch)
+        assert curve(e * (1 + 1e-9)) >= batch * (1 - 1e-9) and curve(e * (1 - 1e-6)) < batch
+    flat = CriticalCurve.of([(60000, 256)], 60000, None)
+    assert flat(0.1) == flat(9.0) == 256 and flat.progress_at(512) == math.inf
+
+
+def test_hold_and_ramp_take_the_measured_critical_batch_in_place_of_the_noise_curve():
+    """With branches, hold's epochs are the cost model's on the measured critical batch; a ramp's
+    rungs never start above it within the checkpoints measured; the rows say measured."""
+    measured = _measured((60000, 256), (180000, 512))  # epochs 1 and 3 of 10
+    curve = CriticalCurve.of([(c.at_samples, c.batch) for c in measured.critical_batch], 60000,
+                             RISING)
+    held = derive_plan(_spec(budget="hold"), 4096, noise_curve=RISING, measured=measured)
+    plain = derive_plan(_spec(budget="hold"), 4096, noise_curve=RISING)
+    assert held.critical_curve == curve and plain.critical_curve is None
+    e0 = held.baseline_iterations * 128 / 60000
+    assert held.forecast.factor == pytest.approx(epochs_factor(curve, 4096, 128, e0))
+    assert held.total_epochs == pytest.approx(e0 * held.forecast.factor)
+    # 256 measured at epoch 1 where B_noise = 500·e reads 500: a dearer batch than the curve says
+    assert held.forecast.factor > plain.forecast.factor
+    rows = {r.symbol: r for r in held.derivations}
+    assert "B_crit" in rows and "measured" in rows["B_crit"].note
+    ramped = derive_plan(_spec(), 4096, noise_curve=RISING, measured=measured)
+    # the curve reaches 512·10/3 ≈ 1707 by the end: the ramp ends on the rung below it
+    assert ramped.ramp[-1].batch == max(b for b in ladder(4096, 128) if b <= curve(e0)) == 1024
+    for stage in ramped.ramp:
+        start = stage.samples_before / 60000
+        if curve.measured_at(start):
+            assert stage.batch <= curve(start)
+    # B_noise = 500·e reaches 512 by epoch 1.03; the measurement holds the ramp at 256 to epoch 3
+    assert next(st for st in ramped.ramp if st.batch == 512).samples_before >= 3 * 60000 * 0.99
+
+
+def test_a_measured_ramp_makes_no_move_of_its_own_until_past_the_branches():
+    """The run's own noise scale may read far above the critical batch: up to the samples at
+    which the planned ramp passes the last checkpoint branched from, the run follows the plan;
+    after them its noise decides. run_samples maps the baseline's progress to the ramp's."""
+    measured = _measured((60000, 256), (180000, 512))  # epochs 1 and 3
+    plan = derive_plan(_spec(), 4096, noise_curve=RISING, measured=measured)
+    e0 = plan.baseline_iterations * 128 / 60000
+    rounding = sum(st.batch for st in plan.ramp)  # bound: ramp() rounds each rung up to a step
+    assert 0 <= plan.ramp[-1].samples_after - run_samples(
+        plan.critical_curve, plan.ramp, 128, 1.0, e0, 60000) < rounding
+
+    class Noise:
+        trusted, scale = True, 1e6
+
+    follower = Follower(Noise(), plan, 1)
+    until = run_samples(plan.critical_curve, plan.ramp, 128, 1.0, 3.0, 60000)
+    assert follower.measured_until == until and 180000 < until < plan.ramp[-1].samples_after
+    inside = next(st for st in plan.ramp if st.samples_after < until)
+    assert all(follower.after(step, plan.ramp, 1.0) is None
+               for step in range(inside.first_step, inside.last_step + 1))
+    stage = next(st for st in plan.ramp if st.samples_before <= until < st.samples_after)
+    past = stage.first_step + math.ceil((until - stage.samples_before) / stage.batch)
+    assert follower.after(past, plan.ramp, 1.0) == Change(past + 1, 4096, 1e6)
+    unbranched = derive_plan(_spec(), 4096, noise_curve=RISING)
+    assert Follower(Noise(), unbranched, 1).after(3, unbranched.ramp, 1.0).batch == 4096
+
+
+def test_a_ramp_takes_the_settings_measured_at_the_target_on_its_target_rung_only():
+    settings = TargetSettings(4096, 0.25, "fixed", 0.2, 180000, True, 4)
+    measured = Measurement(4096, _measured((60000, 1024), (180000, 2048)).critical_batch, settings)
+    plan = derive_plan(_spec(), 4096, noise_curve=RISING, measured=measured)
+    rule = derive_plan(_spec(), 4096, noise_curve=RISING,
+                       measured=Measurement(4096, measured.critical_batch))
+    top, below = plan.ramp[-1], plan.ramp[-2]
+    assert top.batch == 4096 and top.peak_lr == pytest.approx(1e-3 * 32**0.25)
+    assert top.options["alpha"] == 0.99  # the baseline's (torch's default), as measured
+    assert rule.ramp[-1].options["alpha"] == pytest.approx(0.99**32)
+    assert below.options == rule.ramp[-2].options and below.peak_lr == rule.ramp[-2].peak_lr

@@ -133,8 +133,8 @@ class Trainer:
                 found, self.run, self.folder, self.recipe, self.console, self.rt.is_main):
             return 0
         self.noise = noise_scale(self.run, self.rt.sharded, self.config)
-        self.follower = Follower(self.noise, self.plan.target_batch, self.plan.baseline_batch,
-                                 self.rt.world_size) if self.run.follows_noise else None
+        self.follower = Follower(self.noise, self.plan, self.rt.world_size) \
+            if self.run.follows_noise else None
         self._announce(data)
         steps, point = self._build(data, found)
         try:

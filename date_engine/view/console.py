@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from rich.text import Text
 
-__all__ = ["LR_CHECK_DOC", "NOISE_DOC", "bytes_text", "error_line", "note_line"]
+__all__ = ["BRANCHES_DOC", "LR_CHECK_DOC", "NOISE_DOC", "bytes_text", "error_line", "note_line"]
 
 NOISE_DOC = "docs/noise.md#how-sure-the-forecast-is"
 """Where a forecast's how-sure line sends a user: the held-out misses of B_hold's constant."""
 LR_CHECK_DOC = "docs/noise.md#the-lr-check"
 """Where a steps-limited verdict is explained."""
+BRANCHES_DOC = "docs/branches.md#what-the-plan-does-with-it"
+"""Where a forecast from the probe's branches is explained."""
 
 
 def error_line(message: str) -> Text:

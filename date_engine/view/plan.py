@@ -16,7 +16,7 @@ from date_engine.forecast import HELD_OUT_MISS, STEPS_LIMITED_MISSES
 from date_engine.plan import Plan, fmt
 from date_engine.runplan import BatchSplit, RunPlan, Sharding
 from date_engine.view.chart import Series, line_chart
-from date_engine.view.console import LR_CHECK_DOC, NOISE_DOC, bytes_text
+from date_engine.view.console import BRANCHES_DOC, LR_CHECK_DOC, NOISE_DOC, bytes_text
 
 __all__ = ["describe_optimizer", "describe_split", "print_plan", "render_comparison",
            "render_plan", "scheme_name", "show_plan"]
@@ -167,6 +167,12 @@ def _measured_lines(plan: Plan) -> list[Text]:
                  and m.settings.batch == b and plan.rule == "date" else
                  "η and the second moment: the rule's, extrapolated (the branches measured them "
                  f"at batch {m.branched_to:,}).", style="dim")
+    if m.critical_batch:
+        last = max(c.at_samples for c in m.critical_batch)
+        marks.append("\nThe forecast" + (", the ramp's rungs" if plan.ramp else "")
+                     + (", hold's epochs" if plan.budget == "hold" else "")
+                     + f": from the measured critical batch to sample {last:,}, extrapolated "
+                     "past it by the noise curve's growth.")
     return [text, marks]
 
 
@@ -187,7 +193,11 @@ def _forecast_lines(plan: Plan) -> list[Text]:
                 f"{'as' if how == 'as many' else 'than'} its {plan.baseline_iterations:,}); "
                 "B_hold, the largest batch expected to hold in its epochs, "
                 f"≈ {ahead.holding_batch:,}.")
+    critical = plan.critical_curve
     basis = Text(
+        f"From the probe's branches: the critical batch measured at epochs {critical.first:.3g}–"
+        f"{critical.last:.3g}, the noise curve's growth before and after (extrapolated "
+        f"{e0 / critical.last:.3g}× past the last)." if critical is not None else
         "From the probe's LR check: twice the LR trained no faster, so every batch needs the "
         "baseline's steps." if curve.steps_limited else
         f"From the probe's fit B_noise(e) = {curve.a:.4g} · e^{curve.beta:.3g} over epochs "
@@ -247,17 +257,20 @@ def _ramp_table(plan: Plan, split: BatchSplit) -> list[RenderableType]:
     """budget ramp: each stage's steps, epochs, batch split, peak LR and optimizer options."""
     if not plan.ramp:
         return []
-    measured = plan.ramp_mode == "measured"
-    table = Table(title="Batch ramp (each stage's values derived at its batch; B_noise from the "
-                  + ("probe, or measured in the run (*))" if measured else "probe)"),
+    measured, critical = plan.ramp_mode == "measured", plan.critical_curve
+    what = "B_crit" if critical is not None else "B_noise"
+    source = "the probe's branches, measured or extrapolated" if critical is not None else \
+        "the probe"
+    table = Table(title=f"Batch ramp (each stage's values derived at its batch; {what} from "
+                  + (f"{source}, or the run's noise scale (*))" if measured else f"{source})"),
                   title_justify="left")
-    for col in ("stage", "steps", "epochs", "batch", "η_j", "optimizer", "B_noise at start"):
+    for col in ("stage", "steps", "epochs", "batch", "η_j", "optimizer", f"{what} at start"):
         table.add_column(col)
     run = RunPlan(plan, split)
     for j, st in enumerate(plan.ramp):
         steps = str(st.first_step) if st.steps == 1 else f"{st.first_step}–{st.last_step}"
         sub = run.split_at(st.first_step)
-        noise = f"{st.noise_at_start:,.0f}{' *' if st.measured else ''}"
+        noise = f"{st.noise_at_start:,.0f}{' *' if st.measured else _how_known(plan, st)}"
         table.add_row(str(j), steps, f"{plan.epoch(st.first_step - 1):.4g}–"
                       f"{plan.epoch(st.last_step):.4g}",
                       f"{st.batch} = {sub.micro_batch} × {sub.world_size} × "
@@ -278,6 +291,16 @@ def _ramp_table(plan: Plan, split: BatchSplit) -> list[RenderableType]:
             f"baseline's progress; the planned ramp ends at {plan.ramp[-1].batch:,}{then}.",
             style="yellow"))
     return lines
+
+
+def _how_known(plan: Plan, stage) -> str:
+    """`` (measured)`` where a planned rung starts within the checkpoints the probe branched
+    from, `` (extrapolated)`` outside them; nothing without branches."""
+    curve = plan.critical_curve
+    if curve is None:
+        return ""
+    start = curve.progress_at(stage.batch / plan.ramp_reach)
+    return " (measured)" if curve.measured_at(start) else " (extrapolated)"
 
 
 def describe_split(split: BatchSplit) -> str:
@@ -333,7 +356,11 @@ def _how_many(baseline_steps: int, steps: int) -> str:
 def _how_sure(plan: Plan) -> Text:
     """One line on how far the forecast can be trusted: the range of B_hold over one standard
     error of the probe's fit, the worst miss measured where the constant was not chosen, a link."""
-    ahead, curve = plan.forecast, plan.noise_curve
+    ahead, curve, critical = plan.forecast, plan.noise_curve, plan.critical_curve
+    if critical is not None:
+        return Text(f"How sure: the critical batch measured at {len(critical.points)} "
+                    f"checkpoint(s), each to within a factor of 2 (the branches' ladder); "
+                    f"past them, extrapolated ({BRANCHES_DOC}).", style="yellow")
     if curve.steps_limited:
         misses = [miss for _, miss in STEPS_LIMITED_MISSES]
         return Text(f"How sure: set by the LR check, not the noise scale; where probes read so, "
