@@ -152,6 +152,16 @@ class CriticalCurve:
         """From (samples, critical batch) pairs, the baseline's samples at each checkpoint."""
         return cls(tuple(sorted((s / samples_per_epoch, b) for s, b in measured)), shape)
 
+    @classmethod
+    def measured(cls, measurement, samples_per_epoch: int, shape: NoiseCurve | None
+                 ) -> CriticalCurve | None:
+        """The curve of a :class:`~date_engine.branches.Measurement` (its ``critical_batch``);
+        None without one, or where it measured no checkpoint."""
+        if measurement is None or not measurement.critical_batch:
+            return None
+        return cls.of([(c.at_samples, c.batch) for c in measurement.critical_batch],
+                      samples_per_epoch, shape)
+
     @property
     def first(self) -> float:
         return self.points[0][0]

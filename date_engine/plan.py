@@ -187,7 +187,7 @@ class Plan:
     def critical_curve(self) -> CriticalCurve | None:
         """The critical batch over the baseline's epochs the probe's branches measured, which the
         forecast, ``hold`` and ``ramp`` read in place of the noise curve; None without branches."""
-        return _critical_curve(self.measured, self.dataset_size, self.noise_curve)
+        return CriticalCurve.measured(self.measured, self.dataset_size, self.noise_curve)
 
     @property
     def ramp_changes(self) -> tuple[Change, ...]:
@@ -589,7 +589,7 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
     scaling, p, peak, lr_note = _peak_lr(d, spec, k, noise_curve, taken)
     warmup = date.warmup or "legw"
     total_epochs = i0 * b0 / n
-    cost = _critical_curve(measured, n, noise_curve) or noise_curve
+    cost = CriticalCurve.measured(measured, n, noise_curve) or noise_curve
     stages, ramp_samples = (
         _ramp(d, spec, noise_curve, cost, batch, n, multiple_of, total_epochs, ramp_changes,
               taken)
@@ -698,14 +698,6 @@ def _ramp_budget(d: _Ledger, stages: tuple[BatchStage, ...], samples: int, n: in
     steps = d("I", "total_iterations", last, "Σ_j I_j", " + ".join(str(st.steps) for st in stages),
               f"{i0 / last:.3g}× fewer steps than the baseline's {fmt(i0)}")
     return epochs, steps
-
-
-def _critical_curve(measured: Measurement | None, n: int, shape: NoiseCurve | None
-                    ) -> CriticalCurve | None:
-    """The measured critical batch as a curve over the baseline's epochs; None without one."""
-    if measured is None or not measured.critical_batch:
-        return None
-    return CriticalCurve.of([(c.at_samples, c.batch) for c in measured.critical_batch], n, shape)
 
 
 def _ramp(d: _Ledger, spec: Spec, curve: NoiseCurve | None, cost: NoiseCurve | CriticalCurve |

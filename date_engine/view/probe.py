@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from date_engine.forecast import forecast, holding_batch
+from date_engine.forecast import CriticalCurve, forecast, holding_batch
 from date_engine.probe import Probe
 from date_engine.view.console import LR_CHECK_DOC
 
@@ -30,18 +30,21 @@ def render_probe(probe: Probe, title: str) -> Group:
                        "—" if p.loss is None else f"{p.loss:.4g}")
     curve, b0, e0 = probe.curve, probe.baseline["batch_size"], probe.baseline_epochs
     n = probe.baseline["dataset_size"]
-    table = Table(title=f"Forecast (baseline {b0} × {e0:.4g} epochs)", title_justify="left")
+    cost = CriticalCurve.measured(probe.measurement, n, curve) or curve
+    table = Table(title=f"Forecast (baseline {b0} × {e0:.4g} epochs; "
+                  + ("from the critical batch the branches measured)" if cost is not curve else
+                     "from the noise curve)"), title_justify="left")
     for col in ("batch", "k", "epochs to the baseline's loss", "× epochs", "steps",
                 "steps saved", "same epochs"):
         table.add_column(col, justify="right")
     for k in FORECAST_SCALES:
         if k * b0 > n:
             break
-        f = forecast(curve, k * b0, b0, e0, n)
+        f = forecast(cost, k * b0, b0, e0, n)
         table.add_row(f"{k * b0:,}", str(k), f"{f.epochs:.3g}", f"{f.factor:.2f}",
                       f"{f.steps:,}", f"{f.speedup:.1f}×",
                       "expected to lose accuracy" if f.loses_at_same_epochs else "holds")
-    hold = holding_batch(curve, b0, e0)
+    hold = holding_batch(cost, b0, e0)
     lines = [
         Text(title, style="bold"),
         Text(f"Probed {probe.steps:,} of the baseline's {probe.baseline_steps:,} optimizer steps "
