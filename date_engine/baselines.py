@@ -8,7 +8,7 @@ exemptions, counted as HF's Trainer counts them. :func:`baseline_from_timm` read
 baseline's batch (``lr_base`` scaled by timm once, not again). :func:`baseline_from_file` picks
 the reader by the file (``date plan --from``). Torch-free.
 
-Every field is read through one checked reader (:class:`_Fields`): its type, finiteness, range and
+Every field is read through one checked reader (:class:`Fields`): its type, finiteness, range and
 meaning (a ratio stays a ratio, a schedule ends at or below its peak), each failure one sentence
 naming the field as the configuration names it.
 """
@@ -23,8 +23,8 @@ from typing import Any
 from date_engine.errors import SpecError
 from date_engine.spec import Spec, parse_spec
 
-__all__ = ["baseline_from_file", "baseline_from_hf", "baseline_from_timm", "hf_optimizer_name",
-           "hf_steps"]
+__all__ = ["Fields", "baseline_from_file", "baseline_from_hf", "baseline_from_timm",
+           "hf_optimizer_name", "hf_steps"]
 
 _OPTIMIZERS = {"adamw": "adamw", "sgd": "sgd", "adagrad": "adagrad", "rmsprop": "rmsprop"}
 """HF's ``optim`` names (by prefix: ``adamw_torch``, ``adamw_torch_fused``, ...) -> catalog names
@@ -43,7 +43,7 @@ _MOST = 1e9
 """The largest count (samples, steps) and the default upper bound of a value read."""
 
 
-class _Fields:
+class Fields:
     """One configuration's fields (a TrainingArguments, its JSON as a dict, or timm's args.yaml),
     each read and checked here: its type, finiteness and range, so that every bad value is one
     sentence naming the field as the user wrote it (``source``: where it came from)."""
@@ -95,7 +95,7 @@ class _Fields:
             raise self.refuse(key, "true or false", value)
         return value
 
-    def mapping(self, key: str) -> _Fields:
+    def mapping(self, key: str) -> Fields:
         """A mapping inside the configuration (HF's scheduler kwargs; JSON text as HF's command
         line gives it), read with the same checks, its keys named ``key.name``."""
         value = self.raw(key, None) or {}
@@ -108,7 +108,7 @@ class _Fields:
                 raise self.refuse(key, "a mapping (a JSON object)", value) from None
         if not isinstance(value, Mapping):
             raise self.refuse(key, "a mapping (a JSON object)", value)
-        return _Fields(value, f"{self.source}: {key}")
+        return Fields(value, f"{self.source}: {key}")
 
     def numbers(self, key: str, length: int | None = None, **bounds: Any) -> list[Any]:
         """A list of numbers, each checked as :meth:`number` checks one."""
@@ -127,10 +127,10 @@ def hf_steps(args: Any, train_samples: int, world_size: int = 1) -> int:
     ⌈epochs · steps per epoch⌉ with a process's dataloader of ⌈⌈n / world⌉ / per-device⌉
     batches (``dataloader_drop_last`` off) and a step per ``gradient_accumulation_steps`` of them,
     the last partial one included."""
-    return _hf_steps(_Fields(args, "TrainingArguments", _HF_DEFAULTS), train_samples, world_size)
+    return _hf_steps(Fields(args, "TrainingArguments", _HF_DEFAULTS), train_samples, world_size)
 
 
-def _hf_steps(f: _Fields, train_samples: int, world_size: int) -> int:
+def _hf_steps(f: Fields, train_samples: int, world_size: int) -> int:
     max_steps = f.number("max_steps", low=-1, whole=True)
     if max_steps > 0:
         return max_steps
@@ -175,7 +175,7 @@ def baseline_from_hf(args: Any, train_samples: int, world_size: int = 1) -> Spec
     if not isinstance(args, Mapping) and not hasattr(args, "per_device_train_batch_size"):
         raise SpecError(f"baseline_from_hf: args must be a TrainingArguments or its JSON as a "
                         f"dict, got {type(args).__name__}.")
-    f = _Fields(args, "TrainingArguments", _HF_DEFAULTS)
+    f = Fields(args, "TrainingArguments", _HF_DEFAULTS)
     batch = world_size * f.count("per_device_train_batch_size") * \
         f.count("gradient_accumulation_steps")
     steps = _hf_steps(f, train_samples, world_size)
@@ -210,7 +210,7 @@ def hf_optimizer_name(optim: str) -> str | None:
     return next((ours for theirs, ours in _OPTIMIZERS.items() if optim.startswith(theirs)), None)
 
 
-def _optimizer(f: _Fields) -> dict[str, Any]:
+def _optimizer(f: Fields) -> dict[str, Any]:
     optim = f.text("optim", "adamw_torch")
     name = hf_optimizer_name(optim)
     if name is None:
@@ -225,7 +225,7 @@ def _optimizer(f: _Fields) -> dict[str, Any]:
     return options
 
 
-def _schedule(f: _Fields, kind: str, steps: int, lr: float) -> dict[str, Any]:
+def _schedule(f: Fields, kind: str, steps: int, lr: float) -> dict[str, Any]:
     key = "lr_scheduler_kwargs"
     kwargs = f.mapping(key)
     if kind == "linear":
@@ -268,10 +268,10 @@ def timm_lr(args: Mapping[str, Any], world_size: int = 1) -> float:
     """The peak LR timm's train.py trains ``args`` with: ``lr`` where given, else ``lr_base``
     scaled from ``lr_base_size`` to the global batch (√ for Ada*/LAMB optimizers, linear for the
     rest, or ``lr_base_scale``)."""
-    return _timm_lr(_Fields(args, "args.yaml"), world_size)
+    return _timm_lr(Fields(args, "args.yaml"), world_size)
 
 
-def _timm_lr(f: _Fields, world_size: int) -> float:
+def _timm_lr(f: Fields, world_size: int) -> float:
     if "lr" in f:
         return f.number("lr", high=1e6, above=True)
     batch = f.count("batch_size") * world_size * f.count("grad_accum_steps", 1)
@@ -299,7 +299,7 @@ def baseline_from_timm(args: Mapping[str, Any], train_samples: int, world_size: 
     if not isinstance(args, Mapping) or "batch_size" not in args or "epochs" not in args:
         raise SpecError("baseline_from_timm: args must be timm's args.yaml as a dict (with "
                         "batch_size and epochs).")
-    f = _Fields(args, "args.yaml")
+    f = Fields(args, "args.yaml")
     for key, most in (("cooldown_epochs", 0), ("lr_cycle_limit", 1)):
         if f.number(key, 0, high=1e6) > most:
             raise SpecError(f"args.yaml: {key} {args[key]} has no counterpart here; train the "
@@ -324,7 +324,7 @@ def baseline_from_timm(args: Mapping[str, Any], train_samples: int, world_size: 
     return parse_spec(raw, source="args.yaml")
 
 
-def _timm_optimizer(f: _Fields) -> dict[str, Any]:
+def _timm_optimizer(f: Fields) -> dict[str, Any]:
     opt = f.text("opt", "sgd").lower()
     if opt not in _TIMM_OPTIMIZERS:
         raise SpecError(f"args.yaml: opt {opt!r} has no counterpart here; the optimizers read are "
@@ -342,7 +342,7 @@ def _timm_optimizer(f: _Fields) -> dict[str, Any]:
     return options
 
 
-def _timm_schedule(f: _Fields, lr: float) -> dict[str, Any]:
+def _timm_schedule(f: Fields, lr: float) -> dict[str, Any]:
     sched = f.text("sched", "cosine")
     end = {"final_lr": f.number("min_lr", 0.0, high=lr)}
     rate = {"high": 1.0, "above": True}
@@ -364,7 +364,8 @@ def _timm_schedule(f: _Fields, lr: float) -> dict[str, Any]:
 def baseline_from_file(path: str | Path, train_samples: int, world_size: int = 1) -> Spec:
     """The baseline of a run's own configuration file (a path, as str or Path): ``*.json`` — HF's
     TrainingArguments as ``to_json_string()`` writes them; ``*.yaml``/``*.yml`` — timm's
-    args.yaml."""
+    args.yaml; ``*.py`` — a nanoGPT config, read without running it
+    (:mod:`date_engine.stacks.nanogpt`; ``world_size`` does not change its global batch)."""
     import json
 
     import yaml
@@ -387,6 +388,10 @@ def baseline_from_file(path: str | Path, train_samples: int, world_size: int = 1
             raise SpecError(f"{path}: not TrainingArguments (no per_device_train_batch_size); "
                             f"write it with TrainingArguments.to_json_string().")
         return baseline_from_hf(args, train_samples, world_size)
+    if path.suffix == ".py":
+        from date_engine.stacks.nanogpt import baseline_from_nanogpt, read_pyconfig_text
+
+        return baseline_from_nanogpt(read_pyconfig_text(text, str(path)), train_samples)
     if path.suffix in (".yaml", ".yml"):
         try:
             args = yaml.safe_load(text)
@@ -394,5 +399,6 @@ def baseline_from_file(path: str | Path, train_samples: int, world_size: int = 1
             raise SpecError(f"{path}: not YAML that timm writes; give the args.yaml of a timm "
                             f"run.") from None
         return baseline_from_timm(args, train_samples, world_size)
-    raise SpecError(f"{path}: --from reads TrainingArguments JSON (*.json) or timm's args.yaml "
-                    f"(*.yaml); got a {path.suffix or 'suffix-less'} file.")
+    raise SpecError(f"{path}: --from reads TrainingArguments JSON (*.json), timm's args.yaml "
+                    f"(*.yaml) or a nanoGPT config (*.py); got a {path.suffix or 'suffix-less'} "
+                    "file.")

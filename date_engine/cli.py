@@ -100,7 +100,8 @@ def plan_command(
     default the optimizer family's rule (k^p·η0 and the optimizer's batch-dependent settings);
     --set date.rule=paper for the paper's √k·η0. --devices: the split; with --bench, the times
     and the speedup. --emit: the settings for HF's Trainer, Lightning or accelerate, or a Slurm
-    script or Kubeflow TrainJob that trains the plan. --from: the baseline of a HF or timm run."""
+    script or Kubeflow TrainJob that trains the plan. --from: the baseline of a HF, timm or
+    nanoGPT run."""
     from date_engine.commands import plan_report
 
     with user_errors():
@@ -138,7 +139,8 @@ def plan_command(
             from date_engine.view.plan import show_plan
 
             show_plan(Console(highlight=False), report.path, report.spec, run, report.others,
-                      report.parameters, micro_batch, report.times, report.memory, devices)
+                      report.parameters, micro_batch, report.times, report.memory, devices,
+                      report.sources)
         if plot is not None:
             _stderr().print(f"LR curve written to {plot}", markup=False)
 

@@ -12,7 +12,7 @@ these functions directly; tests of the command line go through cli.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,9 +47,10 @@ def spec_of(arg: str | None, overrides: list[str] | None, probe: Path | None = N
 
 def config_spec(arg: str | None, config: Path, samples: int | None, devices: int | None,
                 overrides: list[str] | None, probe: Path | None, budget: str | None,
-                parallel: str | None) -> tuple[Path, Spec, str]:
+                parallel: str | None) -> tuple[Path, Spec, str, dict[str, str]]:
     """``date plan --from``: the baseline of a run's own configuration (SPEC not given), with
-    the overrides, and the Python expression that gives it."""
+    the overrides, the Python expression that gives it, and where each baseline value came from
+    where the reader says (spec field -> words)."""
     from date_engine.baselines import baseline_from_file
 
     if arg is not None:
@@ -58,9 +59,16 @@ def config_spec(arg: str | None, config: Path, samples: int | None, devices: int
         raise DateError(f"--from {config} needs --train-samples N: the baseline's training "
                         "samples per epoch (the length of its training set).")
     world = devices or 1
-    spec = spec_with(baseline_from_file(config, samples, world), overrides or (), probe=probe,
-                     budget=budget, parallel=parallel)
-    return config, spec, f"baseline_from_file({str(config)!r}, {samples}, {world})"
+    sources: dict[str, str] = {}
+    if config.suffix == ".py":  # a nanoGPT config: read once, and say what came from train.py
+        from date_engine.stacks.nanogpt import baseline_from_nanogpt, nanogpt_sources, read_nanogpt
+
+        read = read_nanogpt(config)
+        baseline, sources = baseline_from_nanogpt(read, samples), nanogpt_sources(read)
+    else:
+        baseline = baseline_from_file(config, samples, world)
+    spec = spec_with(baseline, overrides or (), probe=probe, budget=budget, parallel=parallel)
+    return config, spec, f"baseline_from_file({str(config)!r}, {samples}, {world})", sources
 
 
 # ---------------------------------------------------------------------------------- date plan
@@ -85,6 +93,8 @@ class PlanReport:
     """--bench: budget -> TimeForecast."""
     memory: Any
     """--device-memory: the MemoryFit."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """--from: where each baseline value was read (spec field -> words), for the "from" column."""
 
 
 def plan_report(spec_arg: str | None, batch: int, *, devices: int = 1,
@@ -103,12 +113,14 @@ def plan_report(spec_arg: str | None, batch: int, *, devices: int = 1,
 
     if link is not None and bench is None:
         raise DateError("--link goes with --bench (it replaces the bench's measured link).")
+    sources: dict[str, str] = {}
     if from_config is None:
         path, spec = spec_of(spec_arg, overrides, probe, budget, parallel)
         spec_call = repr(spec_arg)
     else:
-        path, spec, spec_call = config_spec(spec_arg, from_config, train_samples,
-                                            baseline_devices, overrides, probe, budget, parallel)
+        path, spec, spec_call, sources = config_spec(
+            spec_arg, from_config, train_samples, baseline_devices, overrides, probe, budget,
+            parallel)
     recipe = spec_recipe(spec)
     run = plan_for(spec, batch, devices=devices, micro_batch=micro_batch, recipe=recipe)
     others = {name: plan_for(scheme_spec(spec, SCHEMES[name]), batch, devices=devices,
@@ -121,7 +133,7 @@ def plan_report(spec_arg: str | None, batch: int, *, devices: int = 1,
     parameters = recipe.parameter_count(recipe.parse_options(spec.model)) \
         if spec.train.parallel == "fsdp" and recipe is not None else None
     return PlanReport(path, spec, spec_call, run, recipe, others, parameters, times or None,
-                      memory or None)
+                      memory or None, sources)
 
 
 def memory_fit(run: RunPlan, bench_path: Path | None, device_memory: str) -> Any:

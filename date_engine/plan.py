@@ -608,7 +608,7 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         total_epochs, total_iterations = _same_epochs_budget(d, total_epochs, n, b0, batch, i0)
     max_batch = None
     if warmup == "legw" and w0 > 0:
-        max_batch = d("B_max", "max_legw_batch", math.ceil(b0 * total_epochs / w0) - 1,
+        max_batch = d("B_max", "max_legw_batch", _below(b0 * total_epochs / w0),
                       "largest B < B0 · E_tot / w0", f"{fmt(b0)} · {fmt(total_epochs)} / {fmt(w0)}",
                       "beyond it LEGW's warmup outlasts training")
     schedule = base.schedule.shape(eta0)
@@ -633,6 +633,13 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         ramp_mode=date.ramp, ramp_reach=date.ramp_reach, rules_version=RULES_VERSION,
         schedule=schedule, grad_clip=spec.train.grad_clip, measured=measured,
     )
+
+
+def _below(x: float) -> int:
+    """The largest whole number below ``x``, ``x`` read as the whole number it is within float
+    rounding of (a warmup written to 15 digits puts B0·E/w0 a hair off the integer it is)."""
+    whole = round(x)
+    return whole - 1 if abs(x - whole) <= 1e-9 * abs(x) else math.ceil(x) - 1
 
 
 def _warmup(d: _Ledger, warmup: str, stages: tuple[BatchStage, ...], k: float, w0: float, n: int,

@@ -22,7 +22,8 @@ from typing import Any
 from date_engine.errors import DateError
 from date_engine.runplan import RunPlan
 
-__all__ = ["ADAPTER_RATIOS", "CANNOT_EXPRESS", "EMIT_TARGETS", "JOB_TARGETS", "hf_arguments",
+__all__ = ["ADAPTER_RATIOS", "CANNOT_EXPRESS", "EMIT_TARGETS", "JOB_TARGETS", "STACK_TARGETS",
+           "hf_arguments",
            "hf_caveat", "hf_flags", "hf_optim", "hf_schedule", "lightning_settings", "mismatches",
            "require", "split_settings"]
 
@@ -35,7 +36,11 @@ JOB_TARGETS = ("slurm", "slurm-cpu", "k8s", "k8s-cpu")
 """The ``--emit`` targets that write a job (a Slurm script, a Kubeflow TrainJob) that trains the
 plan with ``date scale`` or the user's ``--command`` (slurm, k8s: one GPU a process; -cpu: none)."""
 
-EMIT_TARGETS = ("hf-args", "lightning", "accelerate", "json", *JOB_TARGETS)
+STACK_TARGETS = ("nanogpt",)
+"""The ``--emit`` targets that write the plan as another stack's own configuration
+(:mod:`date_engine.stacks`)."""
+
+EMIT_TARGETS = ("hf-args", "lightning", "accelerate", "json", *STACK_TARGETS, *JOB_TARGETS)
 """What ``date plan --emit`` writes: settings for another trainer, or a job."""
 
 _WHERE = "(docs/integrations.md)"

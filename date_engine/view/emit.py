@@ -133,6 +133,14 @@ def print_emitted(target: str, run: RunPlan, call: str, job: list[str] | bool, n
         return
     if command is not None:
         raise DateError(f"--command goes with a job: --emit {' or '.join(JOB_TARGETS)}.")
+    if target == "nanogpt":
+        from date_engine.stacks.nanogpt import emit_nanogpt
+
+        text, lost = emit_nanogpt(run)
+        print(text, end="", flush=True)
+        if lost:
+            print(f"note: nanoGPT cannot express {'; '.join(lost)}.", file=sys.stderr)
+        return
     print(emitted(target, run, call))
     if target != "json":
         caveat = hf_caveat(run) if target == "hf-args" else CANNOT_EXPRESS

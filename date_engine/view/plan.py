@@ -32,16 +32,17 @@ def scheme_name(plan: Plan) -> str:
 
 
 def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64,
-                sharding: Sharding | None = None, auto: bool = False) -> RenderableType:
+                sharding: Sharding | None = None, auto: bool = False,
+                sources: dict[str, str] | None = None) -> RenderableType:
     """Everything ``date plan`` prints for one plan, its batch split and how the processes hold
-    the model."""
+    the model; ``sources``: where ``--from`` read each baseline value."""
     parts: list[RenderableType] = [
         Text(title, style="bold"),
         Text(
             f"{scheme_name(plan)}: batch {plan.baseline_batch} → {plan.target_batch} "
             f"(k = {fmt(plan.scale)})"
         ),
-        _inputs_table(plan),
+        _inputs_table(plan, sources or {}),
         _derived_table(plan),
         *([Text(plan.lr_note)] if plan.lr_note else []),
         *_measured_lines(plan),
@@ -68,11 +69,11 @@ _STYLES = ("cyan", "magenta", "green", "yellow")
 
 def show_plan(console: Console, path: Path, spec: Any, run: RunPlan, others: dict[str, Plan],
               parameters: int | None, micro_batch: int | None, times: dict[str, Any] | None,
-              memory: Any, devices: int | None) -> None:
+              memory: Any, devices: int | None, sources: dict[str, str] | None = None) -> None:
     """``date plan``'s screen: the plan (:func:`print_plan`), then the time on the devices when
     ``times`` were forecast, else where to get them."""
     print_plan(console, path, spec.recipe, run, others, run.sharding(parameters),
-               auto=spec.train.micro_batch == "auto" and micro_batch is None)
+               auto=spec.train.micro_batch == "auto" and micro_batch is None, sources=sources)
     if times:
         from date_engine.view.timing import render_time
 
@@ -83,13 +84,15 @@ def show_plan(console: Console, path: Path, spec: Any, run: RunPlan, others: dic
 
 
 def print_plan(console: Console, path: Path, recipe: str | None, run: RunPlan,
-               others: dict[str, Plan], sharding: Sharding | None, auto: bool = False) -> None:
+               others: dict[str, Plan], sharding: Sharding | None, auto: bool = False,
+               sources: dict[str, str] | None = None) -> None:
     """What ``date plan`` prints: the plan of ``path`` and, with ``others``, the comparison;
-    ``auto``: the micro-batch is found when the run starts."""
+    ``auto``: the micro-batch is found when the run starts; ``sources``: where ``--from`` read
+    each baseline value."""
     width = max(32, min(console.width - 14, 90))
     title = f"DATE plan for {path}" + (f" (recipe {recipe})" if recipe else "")
     console.print(render_plan(run.plan, run.split, title, chart_width=width,
-                              sharding=sharding, auto=auto))
+                              sharding=sharding, auto=auto, sources=sources))
     if others:
         console.print()
         console.print(render_comparison(run.plan, others, chart_width=width))
@@ -125,12 +128,15 @@ def render_comparison(plan: Plan, others: dict[str, Plan], chart_width: int = 64
     return Group(table, chart)
 
 
-def _inputs_table(plan: Plan) -> Table:
+def _inputs_table(plan: Plan, sources: dict[str, str]) -> Table:
+    """The baseline's values and the spec field each came from, or where ``--from`` read it
+    (``sources``: spec field -> words)."""
     table = Table(title="Inputs (the baseline that works)", title_justify="left")
     for col in ("symbol", "value", "from", "meaning"):
         table.add_column(col)
     for d in plan.inputs():
-        table.add_row(d.symbol, _value(d.name, d.value), d.formula, d.note)
+        table.add_row(d.symbol, _value(d.name, d.value), sources.get(d.formula, d.formula),
+                      d.note)
     return table
 
 

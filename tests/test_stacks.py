@@ -1,0 +1,155 @@
+"""The stacks language models train in: a nanoGPT config read without running it (what it
+leaves out is train.py's, and said so), and the plan written back as one (round trip)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from date_engine.baselines import baseline_from_file
+from date_engine.cli import app
+from date_engine.errors import SpecError
+from date_engine.plan import derive_plan
+from date_engine.planning import plan_for
+from date_engine.spec import load_spec
+from date_engine.stacks.nanogpt import (
+    TRAIN_DEFAULTS,
+    baseline_from_nanogpt,
+    emit_nanogpt,
+    nanogpt_sources,
+    read_pyconfig_text,
+)
+from date_engine.stacks.pyconfig import read_pyconfig
+from tests.conftest import RECIPES
+
+runner = CliRunner()
+
+GPT_CHAR = """# gpt-char's baseline: nanoGPT's README configuration for a CPU
+import time
+out_dir = 'out-shakespeare-char'
+wandb_run_name = 'mini-gpt-' + str(time.time())   # not read: not needed
+block_size = 64
+batch_size = 12
+n_layer = 4
+n_head = 4
+n_embd = 128
+max_iters = 2000
+lr_decay_iters = max_iters
+dropout = 0.0
+learning_rate = 1e-3
+gradient_accumulation_steps = 1
+min_lr = learning_rate / 10
+beta2 = 0.99
+warmup_iters = 100
+"""
+
+
+def _floats_close(a, b, path=""):
+    """Two plans' JSON alike, floats to 1e-12 (the recipe writes its warmup to 15 digits)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for key in a:
+            _floats_close(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _floats_close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float):
+        assert a == pytest.approx(b, rel=1e-12, abs=1e-15), path  # bound: 15 written digits
+    else:
+        assert a == b, path
+
+
+def test_a_config_is_read_as_values_never_run():
+    read = read_pyconfig("import os\n'doc'\na = 5 * 8\nb = a / 10\nc = (0.9, -0.95)\n"
+                         "d = os.getcwd()\ne = 10 ** 10 ** 10\nf = 'x' + 'y'\ng = h = 2\n",
+                         "c.py", {"z": 1})
+    assert read.values == {"a": 40, "b": 4.0, "c": (0.9, -0.95), "f": "xy", "g": 2, "h": 2}
+    assert read.unread == {"d": 6, "e": 7}  # a call, and a power too large to compute
+    for text, line in (("a = 1\nif a:\n    a = 2\n", 2), ("def f():\n    pass\n", 1),
+                       ("a = 1\nfor i in []:\n    pass\n", 2)):
+        with pytest.raises(SpecError, match=f"c.py line {line}: .* statement; this file is read"):
+            read_pyconfig(text, "c.py")
+    with pytest.raises(SpecError, match="c.py: not Python"):
+        read_pyconfig("a = (", "c.py")
+
+
+def test_gpt_chars_baseline_from_its_nanogpt_config_plans_as_the_recipe(tmp_path):
+    config = tmp_path / "train_gpt_char.py"
+    config.write_text(GPT_CHAR)
+    spec = baseline_from_file(config, 71117)
+    recipe = load_spec(RECIPES / "gpt-char.yaml")
+    for batch in (24, 96):  # 2× and 8×
+        _floats_close(derive_plan(spec, batch).to_dict(), derive_plan(recipe, batch).to_dict())
+    read = read_pyconfig_text(GPT_CHAR, "train_gpt_char.py")
+    sources = nanogpt_sources(read)
+    assert sources["baseline.batch_size"] == \
+        "batch_size × gradient_accumulation_steps (train_gpt_char.py)"
+    assert "wandb_run_name" in read.unread
+
+
+def test_what_a_config_leaves_out_is_train_pys_and_the_plan_says_so(tmp_path):
+    config = tmp_path / "small.py"
+    config.write_text("batch_size = 8\nmax_iters = 50000\nlr_decay_iters = max_iters\n")
+    base = baseline_from_file(config, 100000).baseline
+    d = TRAIN_DEFAULTS
+    assert base.batch_size == 8 * d["gradient_accumulation_steps"] == 320
+    assert (base.lr, base.iterations, base.optimizer.betas, base.optimizer.weight_decay) == \
+        (d["learning_rate"], 50000, (d["beta1"], d["beta2"]), d["weight_decay"])
+    assert base.warmup_epochs == d["warmup_iters"] * 320 / 100000
+    assert base.schedule.final_lr == d["min_lr"] and base.schedule.name == "cosine"
+    shown = runner.invoke(app, ["plan", "--from", str(config), "--train-samples", "100000",
+                                "--batch", "1280"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "batch_size × gradient_accumulation_steps (gradient_accumulation_steps: train.py's" \
+        in shown.output
+    assert "learning_rate (learning_rate: train.py's default)" in shown.output
+
+
+@pytest.mark.parametrize("text, says", [
+    ("max_iters = 1000\nlr_decay_iters = 2000\n",
+     "small.py: lr_decay_iters 2000 is not max_iters 1000: the cosine would stop short of"),
+    ("import math\nlearning_rate = math.sqrt(2) * 1e-4\n",
+     "small.py line 2: learning_rate is not a value or arithmetic on values"),
+    ("max_iters = 1000\nlr_decay_iters = 1000\n",  # train.py's 2,000 warmup steps
+     "small.py: warmup_iters 2000 is not fewer than max_iters 1000"),
+    ("batch_size = 0\n", "small.py: batch_size must be a whole number from 1"),
+    ("learning_rate = '1e-3'\n", "small.py: learning_rate must be a number"),
+])
+def test_a_config_it_cannot_carry_is_refused_in_one_sentence_exit_2(tmp_path, text, says):
+    config = tmp_path / "small.py"
+    config.write_text(text)
+    with pytest.raises(SpecError, match=says.replace("(", r"\(")):
+        baseline_from_nanogpt(config, 100000)
+    result = runner.invoke(app, ["plan", "--from", str(config), "--train-samples", "100000",
+                                 "--batch", "480"], env={"COLUMNS": "400"})
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert says.split(": ", 1)[1][:40] in " ".join(result.output.split())
+
+
+def test_the_emitted_config_reads_back_as_the_plan_that_wrote_it(tmp_path):
+    """--emit nanogpt: the plan at 8× as train.py's names; read back, its plan at k = 1 trains
+    alike (peak, steps, warmup, the LR at every step, β2, λ, clipping); ε, which train.py does
+    not set, is named as lost."""
+    config = tmp_path / "train_gpt_char.py"
+    config.write_text(GPT_CHAR)
+    run = plan_for(baseline_from_file(config, 71117), 96, devices=2, micro_batch=24)
+    text, lost = emit_nanogpt(run)
+    assert "gradient_accumulation_steps = 4\n" in text and "batch_size = 24\n" in text
+    assert lost == [f"ε {run.plan.optimizer.options['eps']:g} (train.py keeps torch's 1e-8)"]
+    back = tmp_path / "emitted.py"
+    back.write_text(text)
+    again = derive_plan(baseline_from_file(back, 71117), 96)
+    wrote = run.plan
+    assert (again.target_batch, again.total_iterations, again.warmup_iterations) == \
+        (wrote.target_batch, wrote.total_iterations, wrote.warmup_iterations)
+    assert again.peak_lr == wrote.peak_lr and again.grad_clip == wrote.grad_clip
+    assert all(math.isclose(again.lr(i), wrote.lr(i), rel_tol=1e-12)  # bound: float64 round
+               for i in range(1, wrote.total_iterations + 1))              # trip of min_lr
+    for option in ("betas", "weight_decay"):
+        assert again.optimizer.options[option] == wrote.optimizer.options[option]
+    shown = runner.invoke(app, ["plan", "--from", str(config), "--train-samples", "71117",
+                                "--batch", "96", "--emit", "nanogpt"])
+    assert shown.exit_code == 0 and shown.stdout.startswith("# date plan: batch 96")
