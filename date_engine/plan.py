@@ -182,6 +182,13 @@ class Plan:
     """The baseline's gradient clipping (``train.grad_clip``), the global norm every optimizer
     step is clipped to, kept at every batch; None: no clipping. ``date scale``, ``--emit`` and the
     adapters all read it here."""
+    tokens_per_sample: int | None = None
+    """A language model's sequence length (``baseline.tokens_per_sample``): the plan's samples
+    also counted in tokens (:meth:`tokens`); None: samples only."""
+
+    def tokens(self, samples: float) -> float | None:
+        """``samples`` in tokens; None where the plan does not know its sequence length."""
+        return None if self.tokens_per_sample is None else samples * self.tokens_per_sample
 
     @property
     def critical_curve(self) -> CriticalCurve | None:
@@ -339,6 +346,8 @@ class Plan:
             del values["schedule"]
         if self.grad_clip is None:
             del values["grad_clip"]
+        if self.tokens_per_sample is None:  # the plans of earlier versions read as before
+            del values["tokens_per_sample"]
         if self.measured is None:  # the plans of earlier versions read as before
             del values["measured"]
         return _json_values(values)
@@ -632,6 +641,7 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
         budget=date.budget, noise_curve=noise_curve, forecast=ahead, ramp=stages,
         ramp_mode=date.ramp, ramp_reach=date.ramp_reach, rules_version=RULES_VERSION,
         schedule=schedule, grad_clip=spec.train.grad_clip, measured=measured,
+        tokens_per_sample=base.tokens_per_sample,
     )
 
 

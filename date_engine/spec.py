@@ -310,6 +310,11 @@ class BaselineSpec(_Section):
     """E: the baseline's length in epochs; I0 = ceil(E·n/B0). Give this or ``iterations``."""
     dataset_size: Samples | None = None
     """n: training samples per epoch. Optional when the recipe knows it."""
+    tokens_per_sample: int | None = Field(default=None, gt=0, le=1 << 24)
+    """A language model's tokens in each sample (its sequence length): the plan then counts its
+    batch, warmup, decay and ramp in tokens too (everything is indexed by samples, so a batch
+    that changes keeps them at the same tokens). What it counts, not what it trains: left out
+    of the fingerprint."""
     optimizer: OptimizerSpec = OptimizerSpec()
     """The base optimizer and its options."""
     schedule: ScheduleSpec = ScheduleSpec()
@@ -480,6 +485,7 @@ class Spec(_Section):
         data = self.model_dump(mode="json", exclude_defaults=True)
         for key in _NOT_FINGERPRINTED:
             data.get("train", {}).pop(key, None)
+        data.get("baseline", {}).pop("tokens_per_sample", None)
         canonical = json.dumps(data, sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

@@ -561,3 +561,33 @@ def test_a_ramp_takes_the_settings_measured_at_the_target_on_its_target_rung_onl
     assert top.options["alpha"] == 0.99  # the baseline's (torch's default), as measured
     assert rule.ramp[-1].options["alpha"] == pytest.approx(0.99**32)
     assert below.options == rule.ramp[-2].options and below.peak_lr == rule.ramp[-2].peak_lr
+
+
+def test_a_batch_that_quadruples_mid_run_keeps_warmup_and_decay_at_the_same_tokens():
+    """A measured ramp that moves 128 → 512 (4×) at step 150, after its warmup: at every step,
+    the LR over its stage's peak is what the fixed-batch schedule (batch 128, the same tokens in
+    all) gives at the tokens trained so far — warmup and decay stay where they were in tokens."""
+    spec = _spec(warmup="constant")
+    raw = spec.model_dump(mode="json", exclude_none=True)
+    raw["baseline"].update(tokens_per_sample=256,
+                           schedule={"name": "cosine", "final_fraction": 0.1})
+    spec = parse_spec(raw)
+    moved = derive_plan(spec, 4096, noise_curve=RISING, ramp_changes=(Change(150, 512, 600.0),))
+    assert [st.batch for st in moved.ramp[:2]] == [128, 512] and moved.ramp[1].first_step == 150
+    total = round(moved.total_epochs * 60000)  # the planned ramp's samples, which the LR spans
+    assert total % 128 == 0 and total <= moved.ramp[-1].samples_after < total + 4096
+    raw["baseline"].update(iterations=total // 128, epochs=None)
+    raw["date"]["budget"] = "same-epochs"
+    fixed = derive_plan(parse_spec(raw), 128)  # the same tokens at the baseline's batch
+    assert fixed.tokens(total) == moved.tokens(total) == total * 256
+    offset = moved.schedule.offset
+    for step in range(1, moved.total_iterations + 1):
+        before = moved.samples_through(step - offset) if step > offset else 0
+        at = round(before / 128) + offset  # the fixed run's step that has trained as many
+        assert before % 128 == 0
+        if before >= total:  # the last stage's whole steps run past the planned samples
+            assert moved.lr(step) == pytest.approx(0.1 * moved.stage_at(step).peak_lr)
+            continue
+        ours = moved.lr(step) / moved.stage_at(step).peak_lr
+        theirs = fixed.lr(max(at, 1)) / fixed.peak_lr
+        assert ours == pytest.approx(theirs, rel=1e-9, abs=1e-12), step  # bound: float64 sums

@@ -3,6 +3,7 @@ leaves out is train.py's, and said so), and the plan written back as one (round 
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -11,7 +12,7 @@ from typer.testing import CliRunner
 from date_engine.baselines import baseline_from_file
 from date_engine.cli import app
 from date_engine.errors import SpecError
-from date_engine.plan import derive_plan
+from date_engine.plan import Plan, derive_plan
 from date_engine.planning import plan_for
 from date_engine.spec import load_spec
 from date_engine.stacks.nanogpt import (
@@ -83,6 +84,11 @@ def test_gpt_chars_baseline_from_its_nanogpt_config_plans_as_the_recipe(tmp_path
     recipe = load_spec(RECIPES / "gpt-char.yaml")
     for batch in (24, 96):  # 2× and 8×
         _floats_close(derive_plan(spec, batch).to_dict(), derive_plan(recipe, batch).to_dict())
+    plan = derive_plan(spec, 96)
+    assert plan.tokens_per_sample == 64 and plan.tokens(96) == 6144
+    assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+    assert "tokens_per_sample" not in derive_plan(load_spec(RECIPES / "lenet-digits.yaml"),
+                                                  64).to_dict()
     read = read_pyconfig_text(GPT_CHAR, "train_gpt_char.py")
     sources = nanogpt_sources(read)
     assert sources["baseline.batch_size"] == \
@@ -106,6 +112,8 @@ def test_what_a_config_leaves_out_is_train_pys_and_the_plan_says_so(tmp_path):
     assert "batch_size × gradient_accumulation_steps (gradient_accumulation_steps: train.py's" \
         in shown.output
     assert "learning_rate (learning_rate: train.py's default)" in shown.output
+    # block_size, train.py's 1,024: the plan counts tokens too (320 → 1,280 sequences a step)
+    assert "sequences of 1,024 tokens: 327,680 → 1.311M a step" in shown.output
 
 
 @pytest.mark.parametrize("text, says", [

@@ -84,6 +84,7 @@ def baseline_from_nanogpt(config: PyConfig | Mapping[str, Any] | str | Path,
     clip = f.number("grad_clip", high=1e6)
     baseline: dict[str, Any] = {
         "batch_size": batch, "lr": lr, "iterations": steps, "dataset_size": train_samples,
+        "tokens_per_sample": f.count("block_size"),
         "warmup_epochs": 0.0, "schedule": {"name": "constant"},
         "optimizer": {"name": "adamw", "betas": [f.number("beta1", high=1.0),
                                                  f.number("beta2", high=1.0)],
@@ -156,6 +157,7 @@ def emit_nanogpt(run) -> tuple[str, list[str]]:
         f"gradient_accumulation_steps {split.accumulation_steps * split.world_size} "
         f"(over {split.world_size} process(es)); plan {plan.identity}",
         f"batch_size = {split.micro_batch}",
+        *([f"block_size = {plan.tokens_per_sample}"] if plan.tokens_per_sample else []),
         f"gradient_accumulation_steps = {split.accumulation_steps * split.world_size}",
         f"learning_rate = {plan.peak_lr!r}",
         f"max_iters = {plan.total_iterations}",

@@ -40,7 +40,7 @@ def render_plan(plan: Plan, split: BatchSplit, title: str, chart_width: int = 64
         Text(title, style="bold"),
         Text(
             f"{scheme_name(plan)}: batch {plan.baseline_batch} → {plan.target_batch} "
-            f"(k = {fmt(plan.scale)})"
+            f"(k = {fmt(plan.scale)})" + _tokens_a_step(plan)
         ),
         _inputs_table(plan, sources or {}),
         _derived_table(plan),
@@ -250,13 +250,34 @@ def _phases_table(plan: Plan) -> Table:
     table = Table(
         title="Schedule phases (i = optimizer step, e = i·B/n epochs)", title_justify="left"
     )
-    for col in ("phase", "steps", "epochs", "lr", "rule"):
+    counted = plan.tokens_per_sample is not None
+    for col in ("phase", "steps", "epochs", *(["tokens"] if counted else []), "lr", "rule"):
         table.add_column(col)
     for p in plan.phases:
         steps = str(p.first_step) if p.steps == 1 else f"{p.first_step}–{p.last_step}"
         lr = _lr(p.first_lr) if p.first_lr == p.last_lr else f"{_lr(p.first_lr)} → {_lr(p.last_lr)}"
-        table.add_row(p.name, steps, f"{p.first_epoch:.4g}–{p.last_epoch:.4g}", lr, rules[p.name])
+        tokens = [f"{_tokens(plan.tokens(p.first_epoch * plan.dataset_size))}–"
+                  f"{_tokens(plan.tokens(p.last_epoch * plan.dataset_size))}"] if counted else []
+        table.add_row(p.name, steps, f"{p.first_epoch:.4g}–{p.last_epoch:.4g}", *tokens, lr,
+                      rules[p.name])
     return table
+
+
+def _tokens_a_step(plan: Plan) -> str:
+    """``; sequences of 64 tokens: 768 → 6,144 a step``, for a plan that counts tokens."""
+    if plan.tokens_per_sample is None:
+        return ""
+    return (f"; sequences of {plan.tokens_per_sample:,} tokens: "
+            f"{_tokens(plan.tokens(plan.baseline_batch))} → "
+            f"{_tokens(plan.tokens(plan.target_batch))} a step")
+
+
+def _tokens(count: float) -> str:
+    """A count of tokens as people say them: 49,152; 12.6M; 1.2B."""
+    for size, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if count >= size:
+            return f"{count / size:.4g}{suffix}"
+    return f"{count:,.0f}"
 
 
 def _ramp_table(plan: Plan, split: BatchSplit) -> list[RenderableType]:
@@ -270,15 +291,18 @@ def _ramp_table(plan: Plan, split: BatchSplit) -> list[RenderableType]:
     table = Table(title=f"Batch ramp (each stage's values derived at its batch; {what} from "
                   + (f"{source}, or the run's noise scale (*))" if measured else f"{source})"),
                   title_justify="left")
-    for col in ("stage", "steps", "epochs", "batch", "η_j", "optimizer", f"{what} at start"):
+    counted = plan.tokens_per_sample is not None
+    for col in ("stage", "steps", "epochs", *(["tokens at start"] if counted else []), "batch",
+                "η_j", "optimizer", f"{what} at start"):
         table.add_column(col)
     run = RunPlan(plan, split)
     for j, st in enumerate(plan.ramp):
         steps = str(st.first_step) if st.steps == 1 else f"{st.first_step}–{st.last_step}"
         sub = run.split_at(st.first_step)
         noise = f"{st.noise_at_start:,.0f}{' *' if st.measured else _how_known(plan, st)}"
+        tokens = [_tokens(plan.tokens(st.samples_before))] if counted else []
         table.add_row(str(j), steps, f"{plan.epoch(st.first_step - 1):.4g}–"
-                      f"{plan.epoch(st.last_step):.4g}",
+                      f"{plan.epoch(st.last_step):.4g}", *tokens,
                       f"{st.batch} = {sub.micro_batch} × {sub.world_size} × "
                       f"{sub.accumulation_steps}", _lr(st.peak_lr),
                       ", ".join(f"{k} {_option(v)}" for k, v in st.options.items()
@@ -292,9 +316,11 @@ def _ramp_table(plan: Plan, split: BatchSplit) -> list[RenderableType]:
     if plan.ramp[-1].batch != plan.target_batch:
         then = (f"; the run goes on to {plan.target_batch:,} if its measured noise scale does"
                 if measured else "")
+        reach = "the critical batch measured and extrapolated" if critical is not None else \
+            "the probe's noise scale"
         lines.append(Text(
-            f"note: the probe's noise scale does not reach batch {plan.target_batch:,} within the "
-            f"baseline's progress; the planned ramp ends at {plan.ramp[-1].batch:,}{then}.",
+            f"note: {reach} does not reach batch {plan.target_batch:,} within the baseline's "
+            f"progress; the planned ramp ends at {plan.ramp[-1].batch:,}{then}.",
             style="yellow"))
     return lines
 
