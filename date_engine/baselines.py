@@ -8,9 +8,9 @@ exemptions, counted as HF's Trainer counts them. :func:`baseline_from_timm` read
 baseline's batch (``lr_base`` scaled by timm once, not again). :func:`baseline_from_file` picks
 the reader by the file (``date plan --from``). Torch-free.
 
-Every field is read through one checked reader (:class:`Fields`): its type, finiteness, range and
-meaning (a ratio stays a ratio, a schedule ends at or below its peak), each failure one sentence
-naming the field as the configuration names it.
+Every field is read through one checked reader (:class:`~date_engine.fields.Fields`): its type,
+finiteness, range and meaning (a ratio stays a ratio, a schedule ends at or below its peak), each
+failure one sentence naming the field as the configuration names it.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from date_engine.errors import SpecError
+from date_engine.fields import MOST, Fields, counts
 from date_engine.spec import Spec, parse_spec
 
-__all__ = ["Fields", "baseline_from_file", "baseline_from_hf", "baseline_from_timm",
+__all__ = ["baseline_from_file", "baseline_from_hf", "baseline_from_timm",
            "hf_optimizer_name", "hf_steps"]
 
 _OPTIMIZERS = {"adamw": "adamw", "sgd": "sgd", "adagrad": "adagrad", "rmsprop": "rmsprop"}
@@ -38,89 +39,6 @@ _HF_DEFAULTS: dict[str, Any] = {
     "dataloader_drop_last": False}
 """TrainingArguments' defaults (transformers 4.46 to 5.x) of the fields read, for a dict that
 leaves some out."""
-
-_MOST = 1e9
-"""The largest count (samples, steps) and the default upper bound of a value read."""
-
-
-class Fields:
-    """One configuration's fields (a TrainingArguments, its JSON as a dict, or timm's args.yaml),
-    each read and checked here: its type, finiteness and range, so that every bad value is one
-    sentence naming the field as the user wrote it (``source``: where it came from)."""
-
-    def __init__(self, args: Any, source: str, defaults: Mapping[str, Any] | None = None):
-        self.args, self.source, self.defaults = args, source, defaults or {}
-
-    def raw(self, key: str, default: Any = None) -> Any:
-        """The value as given (an enum's value), or the default where absent or None."""
-        default = self.defaults.get(key, default)
-        if isinstance(self.args, Mapping):
-            value = self.args.get(key, default)
-        else:
-            value = getattr(self.args, key, default)
-        value = getattr(value, "value", value)  # HF's enums (SchedulerType, OptimizerNames)
-        return default if value is None else value
-
-    def refuse(self, key: str, what: str, value: Any) -> SpecError:
-        return SpecError(f"{self.source}: {key} must be {what}, got {value!r}.")
-
-    def number(self, key: str, default: Any = None, *, low: float = 0.0, high: float = _MOST,
-               above: bool = False, whole: bool = False, value: Any = None) -> Any:
-        """``key``'s value (or ``value``, an element of its list): a finite number in
-        [low, high] ((low, high] with ``above``), a whole one with ``whole``."""
-        value = self.raw(key, default) if value is None else value
-        kind = "a whole number" if whole else "a number"
-        what = f"{kind} {'above' if above else 'from'} {low:g} {'and up ' if above else ''}to " \
-               f"{high:g}"
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.refuse(key, what, value)
-        if not math.isfinite(value) or not (low < value if above else low <= value) \
-                or value > high or (whole and value != int(value)):
-            raise self.refuse(key, what, value)
-        return int(value) if whole else float(value)
-
-    def count(self, key: str, default: Any = None) -> int:
-        """A positive whole number (a batch, a number of steps)."""
-        return self.number(key, default, low=1, whole=True)
-
-    def text(self, key: str, default: str) -> str:
-        value = self.raw(key, default)
-        if not isinstance(value, str):
-            raise self.refuse(key, "a name (text)", value)
-        return value
-
-    def flag(self, key: str) -> bool:
-        value = self.raw(key, False)
-        if not isinstance(value, bool):
-            raise self.refuse(key, "true or false", value)
-        return value
-
-    def mapping(self, key: str) -> Fields:
-        """A mapping inside the configuration (HF's scheduler kwargs; JSON text as HF's command
-        line gives it), read with the same checks, its keys named ``key.name``."""
-        value = self.raw(key, None) or {}
-        if isinstance(value, str):
-            import json
-
-            try:
-                value = json.loads(value)
-            except ValueError:
-                raise self.refuse(key, "a mapping (a JSON object)", value) from None
-        if not isinstance(value, Mapping):
-            raise self.refuse(key, "a mapping (a JSON object)", value)
-        return Fields(value, f"{self.source}: {key}")
-
-    def numbers(self, key: str, length: int | None = None, **bounds: Any) -> list[Any]:
-        """A list of numbers, each checked as :meth:`number` checks one."""
-        value = self.raw(key, None)
-        if not isinstance(value, (list, tuple)) or not value or \
-                (length is not None and len(value) != length):
-            raise self.refuse(key, f"a list of {length or 'one or more'} numbers", value)
-        return [self.number(key, value=v, **bounds) for v in value]
-
-    def __contains__(self, key: str) -> bool:
-        return self.raw(key, None) is not None
-
 
 def hf_steps(args: Any, train_samples: int, world_size: int = 1) -> int:
     """The optimizer steps HF's Trainer runs: ``max_steps`` where positive, else
@@ -146,21 +64,10 @@ def _hf_steps(f: Fields, train_samples: int, world_size: int) -> int:
     per_epoch = max(batches // accumulation + int(batches % accumulation > 0), 1)
     epochs = f.number("num_train_epochs", low=0.0, high=1e6, above=True)
     steps = math.ceil(epochs * per_epoch)
-    if steps > _MOST:
+    if steps > MOST:
         raise SpecError(f"{f.source}: num_train_epochs {epochs:g} gives {steps:,} optimizer "
-                        f"steps, more than {_MOST:,.0f}; give fewer epochs or max_steps.")
+                        f"steps, more than {MOST:,.0f}; give fewer epochs or max_steps.")
     return steps
-
-
-def _counts(where: str, train_samples: Any, world_size: Any) -> None:
-    if isinstance(train_samples, bool) or not isinstance(train_samples, int) or \
-            not 1 <= train_samples <= _MOST:
-        raise SpecError(f"{where}: train_samples must be the number of training samples (a "
-                        f"whole number from 1 to {_MOST:g}), got {train_samples!r}.")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or \
-            not 1 <= world_size <= 1 << 20:
-        raise SpecError(f"{where}: world_size must be a positive int (the processes the baseline "
-                        f"ran on), got {world_size!r}.")
 
 
 def baseline_from_hf(args: Any, train_samples: int, world_size: int = 1) -> Spec:
@@ -171,7 +78,7 @@ def baseline_from_hf(args: Any, train_samples: int, world_size: int = 1) -> Spec
     ``max_grad_norm`` and HF's exemption of biases and norm weights from weight decay. Fields a
     dict leaves out take TrainingArguments' defaults. Raises SpecError naming what it cannot
     read or carry."""
-    _counts("baseline_from_hf", train_samples, world_size)
+    counts("baseline_from_hf", train_samples, world_size)
     if not isinstance(args, Mapping) and not hasattr(args, "per_device_train_batch_size"):
         raise SpecError(f"baseline_from_hf: args must be a TrainingArguments or its JSON as a "
                         f"dict, got {type(args).__name__}.")
@@ -295,7 +202,7 @@ def baseline_from_timm(args: Mapping[str, Any], train_samples: int, world_size: 
     warmup and length in epochs, the schedule (cosine, step, multistep, poly) ending at
     ``min_lr``, the optimizer with its β/ε/λ and momentum, ``clip_grad`` and timm's exemption of
     biases and norms from weight decay. Raises SpecError naming what it cannot read or carry."""
-    _counts("baseline_from_timm", train_samples, world_size)
+    counts("baseline_from_timm", train_samples, world_size)
     if not isinstance(args, Mapping) or "batch_size" not in args or "epochs" not in args:
         raise SpecError("baseline_from_timm: args must be timm's args.yaml as a dict (with "
                         "batch_size and epochs).")

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from date_engine.baselines import Fields
 from date_engine.errors import SpecError
+from date_engine.fields import Fields, counts
 from date_engine.spec import Spec, parse_spec
 from date_engine.stacks.pyconfig import PyConfig, read_pyconfig
 
@@ -66,9 +66,7 @@ def baseline_from_nanogpt(config: PyConfig | Mapping[str, Any] | str | Path,
     read, or its values as a dict) trains on ``train_samples`` sequences of ``block_size``
     tokens per epoch. Raises SpecError, in one sentence naming the file and the name, for a
     value it cannot read or carry."""
-    from date_engine.baselines import _counts
-
-    _counts("baseline_from_nanogpt", train_samples, 1)
+    counts("baseline_from_nanogpt", train_samples, 1)
     read = config if isinstance(config, PyConfig) else \
         PyConfig("the config", dict(config)) if isinstance(config, Mapping) else \
         read_nanogpt(config)
