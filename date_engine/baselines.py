@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,8 @@ from date_engine.errors import SpecError
 from date_engine.fields import MOST, Fields, counts
 from date_engine.spec import Spec, parse_spec
 
-__all__ = ["baseline_from_file", "baseline_from_hf", "baseline_from_timm",
-           "hf_optimizer_name", "hf_steps"]
+__all__ = ["BaselineRead", "baseline_from_file", "baseline_from_hf", "baseline_from_timm",
+           "hf_optimizer_name", "hf_steps", "read_baseline"]
 
 _OPTIMIZERS = {"adamw": "adamw", "sgd": "sgd", "adagrad": "adagrad", "rmsprop": "rmsprop"}
 """HF's ``optim`` names (by prefix: ``adamw_torch``, ``adamw_torch_fused``, ...) -> catalog names
@@ -269,10 +270,39 @@ def _timm_schedule(f: Fields, lr: float) -> dict[str, Any]:
 
 
 def baseline_from_file(path: str | Path, train_samples: int, world_size: int = 1) -> Spec:
-    """The baseline of a run's own configuration file (a path, as str or Path): ``*.json`` — HF's
-    TrainingArguments as ``to_json_string()`` writes them; ``*.yaml``/``*.yml`` — timm's
-    args.yaml; ``*.py`` — a nanoGPT config, read without running it
-    (:mod:`date_engine.stacks.nanogpt`; ``world_size`` does not change its global batch)."""
+    """The baseline of a run's own configuration file (a path, as str or Path), by its kind
+    (:func:`read_baseline`); what it sets that the plan cannot carry is said as a warning."""
+    import warnings
+
+    read = read_baseline(path, train_samples, world_size)
+    for line in read.lost:
+        warnings.warn(f"{path}: {line}", stacklevel=2)
+    return read.spec
+
+
+@dataclass(frozen=True)
+class BaselineRead:
+    """A baseline read from another tool's configuration: the spec, where its values came from
+    (spec field -> words, for the plan's "from" column) and what the file sets that the plan
+    cannot carry (one line each)."""
+
+    spec: Spec
+    sources: dict[str, str] = field(default_factory=dict)
+    lost: tuple[str, ...] = ()
+
+
+_KINDS = ("HF's TrainingArguments JSON (*.json), timm's args.yaml or a Megatron-Bridge YAML "
+          "(*.yaml), a nanoGPT config (*.py), or Megatron-LM flags or its launch script (*.sh, "
+          "*.txt, *.args)")
+
+
+def read_baseline(path: str | Path, train_samples: int, world_size: int = 1) -> BaselineRead:
+    """The baseline of a run's own configuration file: ``*.json`` — HF's TrainingArguments as
+    ``to_json_string()`` writes them; ``*.yaml``/``*.yml`` — timm's args.yaml, or a
+    Megatron-Bridge config (sections train, optimizer, scheduler); ``*.py`` — a nanoGPT config,
+    read without running it; ``*.sh``, ``*.txt``, ``*.args`` — Megatron-LM's flags, or a launch
+    script holding them (:mod:`date_engine.stacks`). ``world_size``: the processes the run used,
+    where its configuration counts a per-device batch (HF, timm)."""
     import json
 
     import yaml
@@ -283,8 +313,7 @@ def baseline_from_file(path: str | Path, train_samples: int, world_size: int = 1
         raise SpecError(f"baseline_from_file: path must be the configuration file's path (str or "
                         f"Path), got {path!r}.")
     path = Path(path)
-    text = read_small_text(path, "--from", "give the TrainingArguments JSON "
-                           "(args.to_json_string()) or timm's args.yaml", error=SpecError)
+    text = read_small_text(path, "--from", f"give {_KINDS}", error=SpecError)
     if path.suffix == ".json":
         try:
             args = json.loads(text)
@@ -294,18 +323,33 @@ def baseline_from_file(path: str | Path, train_samples: int, world_size: int = 1
         if not isinstance(args, dict) or "per_device_train_batch_size" not in args:
             raise SpecError(f"{path}: not TrainingArguments (no per_device_train_batch_size); "
                             f"write it with TrainingArguments.to_json_string().")
-        return baseline_from_hf(args, train_samples, world_size)
+        return BaselineRead(baseline_from_hf(args, train_samples, world_size))
     if path.suffix == ".py":
-        from date_engine.stacks.nanogpt import baseline_from_nanogpt, read_pyconfig_text
+        from date_engine.stacks.nanogpt import (
+            baseline_from_nanogpt,
+            nanogpt_sources,
+            read_pyconfig_text,
+        )
 
-        return baseline_from_nanogpt(read_pyconfig_text(text, str(path)), train_samples)
+        config = read_pyconfig_text(text, str(path))
+        return BaselineRead(baseline_from_nanogpt(config, train_samples),
+                            nanogpt_sources(config))
+    if path.suffix in (".sh", ".txt", ".args"):
+        from date_engine.stacks.megatron import baseline_from_megatron, parse_flags
+
+        spec, lost = baseline_from_megatron(parse_flags(text, str(path)), train_samples)
+        return BaselineRead(spec, lost=tuple(lost))
     if path.suffix in (".yaml", ".yml"):
         try:
             args = yaml.safe_load(text)
         except yaml.YAMLError:
-            raise SpecError(f"{path}: not YAML that timm writes; give the args.yaml of a timm "
-                            f"run.") from None
-        return baseline_from_timm(args, train_samples, world_size)
-    raise SpecError(f"{path}: --from reads TrainingArguments JSON (*.json), timm's args.yaml "
-                    f"(*.yaml) or a nanoGPT config (*.py); got a {path.suffix or 'suffix-less'} "
-                    "file.")
+            raise SpecError(f"{path}: not YAML; give the args.yaml of a timm run or a "
+                            "Megatron-Bridge config.") from None
+        if isinstance(args, Mapping) and any(isinstance(args.get(k), Mapping)
+                                             for k in ("train", "optimizer", "scheduler")):
+            from date_engine.stacks.megatron import baseline_from_megatron, read_megatron
+
+            spec, lost = baseline_from_megatron(read_megatron(path), train_samples)
+            return BaselineRead(spec, lost=tuple(lost))
+        return BaselineRead(baseline_from_timm(args, train_samples, world_size))
+    raise SpecError(f"{path}: --from reads {_KINDS}; got a {path.suffix or 'suffix-less'} file.")

@@ -117,6 +117,8 @@ def plan_command(
             baseline_devices=baseline_devices, compare=compare, bench=bench, link=link,
             device_memory=device_memory, emit=emit is not None)
         run = report.run
+        for line in report.lost:  # what the configuration sets that the plan cannot carry
+            _stderr().print(f"note: {from_config} sets {line}.", markup=False, soft_wrap=True)
         if emit is not None:
             from date_engine.view.emit import plan_call, print_emitted, scale_args
 

@@ -47,11 +47,11 @@ def spec_of(arg: str | None, overrides: list[str] | None, probe: Path | None = N
 
 def config_spec(arg: str | None, config: Path, samples: int | None, devices: int | None,
                 overrides: list[str] | None, probe: Path | None, budget: str | None,
-                parallel: str | None) -> tuple[Path, Spec, str, dict[str, str]]:
+                parallel: str | None) -> tuple[Path, Spec, str, Any]:
     """``date plan --from``: the baseline of a run's own configuration (SPEC not given), with
-    the overrides, the Python expression that gives it, and where each baseline value came from
-    where the reader says (spec field -> words)."""
-    from date_engine.baselines import baseline_from_file
+    the overrides, the Python expression that gives it, and what the reader said
+    (:class:`~date_engine.baselines.BaselineRead`: where each value came from, what is lost)."""
+    from date_engine.baselines import read_baseline
 
     if arg is not None:
         raise DateError(f"give SPEC ({arg}) or --from {config}, not both.")
@@ -59,16 +59,9 @@ def config_spec(arg: str | None, config: Path, samples: int | None, devices: int
         raise DateError(f"--from {config} needs --train-samples N: the baseline's training "
                         "samples per epoch (the length of its training set).")
     world = devices or 1
-    sources: dict[str, str] = {}
-    if config.suffix == ".py":  # a nanoGPT config: read once, and say what came from train.py
-        from date_engine.stacks.nanogpt import baseline_from_nanogpt, nanogpt_sources, read_nanogpt
-
-        read = read_nanogpt(config)
-        baseline, sources = baseline_from_nanogpt(read, samples), nanogpt_sources(read)
-    else:
-        baseline = baseline_from_file(config, samples, world)
-    spec = spec_with(baseline, overrides or (), probe=probe, budget=budget, parallel=parallel)
-    return config, spec, f"baseline_from_file({str(config)!r}, {samples}, {world})", sources
+    read = read_baseline(config, samples, world)
+    spec = spec_with(read.spec, overrides or (), probe=probe, budget=budget, parallel=parallel)
+    return config, spec, f"baseline_from_file({str(config)!r}, {samples}, {world})", read
 
 
 # ---------------------------------------------------------------------------------- date plan
@@ -95,6 +88,8 @@ class PlanReport:
     """--device-memory: the MemoryFit."""
     sources: dict[str, str] = field(default_factory=dict)
     """--from: where each baseline value was read (spec field -> words), for the "from" column."""
+    lost: tuple[str, ...] = ()
+    """--from: what the configuration sets that the plan cannot carry, one line each."""
 
 
 def plan_report(spec_arg: str | None, batch: int, *, devices: int = 1,
@@ -114,13 +109,15 @@ def plan_report(spec_arg: str | None, batch: int, *, devices: int = 1,
     if link is not None and bench is None:
         raise DateError("--link goes with --bench (it replaces the bench's measured link).")
     sources: dict[str, str] = {}
+    lost: tuple[str, ...] = ()
     if from_config is None:
         path, spec = spec_of(spec_arg, overrides, probe, budget, parallel)
         spec_call = repr(spec_arg)
     else:
-        path, spec, spec_call, sources = config_spec(
+        path, spec, spec_call, read = config_spec(
             spec_arg, from_config, train_samples, baseline_devices, overrides, probe, budget,
             parallel)
+        sources, lost = read.sources, read.lost
     recipe = spec_recipe(spec)
     run = plan_for(spec, batch, devices=devices, micro_batch=micro_batch, recipe=recipe)
     others = {name: plan_for(scheme_spec(spec, SCHEMES[name]), batch, devices=devices,
@@ -133,7 +130,7 @@ def plan_report(spec_arg: str | None, batch: int, *, devices: int = 1,
     parameters = recipe.parameter_count(recipe.parse_options(spec.model)) \
         if spec.train.parallel == "fsdp" and recipe is not None else None
     return PlanReport(path, spec, spec_call, run, recipe, others, parameters, times or None,
-                      memory or None, sources)
+                      memory or None, sources, lost)
 
 
 def memory_fit(run: RunPlan, bench_path: Path | None, device_memory: str) -> Any:

@@ -75,7 +75,8 @@ def test_emit_lightning_and_accelerate_give_code_whose_plan_is_the_printed_one()
 
 @pytest.mark.parametrize("args, says", [
     (["--emit", "deepspeed"], "--emit: must be one of hf-args, lightning, accelerate, json, "
-                              "nanogpt, slurm, slurm-cpu, k8s, k8s-cpu"),
+                              "nanogpt, megatron, megatron-rampup, megatron-bridge, slurm, "
+                              "slurm-cpu, k8s, k8s-cpu"),
     (["--emit", "k8s", "--devices", "8", "--nnodes", "3"], "--devices 8 over --nnodes 3 is not "),
     (["--emit", "hf-args", "--command", "python train.py"], "--command goes with a job: --emit "
                                                            "slurm or slurm-cpu or k8s or k8s-cpu"),

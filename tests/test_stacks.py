@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shlex
 
 import pytest
 from typer.testing import CliRunner
 
-from date_engine.baselines import baseline_from_file
+from date_engine.baselines import baseline_from_file, read_baseline
 from date_engine.cli import app
 from date_engine.errors import SpecError
+from date_engine.forecast import NoiseCurve
 from date_engine.plan import Plan, derive_plan
 from date_engine.planning import plan_for
-from date_engine.spec import load_spec
+from date_engine.spec import load_spec, parse_spec
+from date_engine.stacks.megatron import baseline_from_megatron, parse_flags, step_schedule
 from date_engine.stacks.nanogpt import (
     TRAIN_DEFAULTS,
     baseline_from_nanogpt,
@@ -23,6 +27,7 @@ from date_engine.stacks.nanogpt import (
     read_pyconfig_text,
 )
 from date_engine.stacks.pyconfig import read_pyconfig
+from date_engine.view.emit import stack_emitted
 from tests.conftest import RECIPES
 
 runner = CliRunner()
@@ -161,3 +166,144 @@ def test_the_emitted_config_reads_back_as_the_plan_that_wrote_it(tmp_path):
     shown = runner.invoke(app, ["plan", "--from", str(config), "--train-samples", "71117",
                                 "--batch", "96", "--emit", "nanogpt"])
     assert shown.exit_code == 0 and shown.stdout.startswith("# date plan: batch 96")
+
+
+# ---------------------------------------------------------------------------------- Megatron
+
+GPT3_SCRIPT = """#!/bin/bash
+# as examples/gpt3/train_gpt3_175b_distributed.sh writes its arguments
+GPUS_PER_NODE=8
+DATA_PATH=$5 #<Specify path and file prefix>_text_document
+DISTRIBUTED_ARGS=(
+    --nproc_per_node $GPUS_PER_NODE
+    --nnodes $NUM_NODES
+)
+GPT_MODEL_ARGS=(
+    --num-layers 96
+    --seq-length 2048
+    --attention-backend auto # Can use (flash/fused/unfused/local)
+)
+TRAINING_ARGS=(
+    --micro-batch-size 1
+    --global-batch-size 1536
+    --step-batch-size-schedule "0:16 2.4B:320 4.8B:624 7.2B:928 9.6B:1232 12B:1536"
+    --train-iters 500000
+    --weight-decay 0.1
+    --adam-beta1 0.9
+    --adam-beta2 0.95
+    --clip-grad 1.0
+    --fp16
+    --lr 6.0e-5
+    --lr-decay-style cosine
+    --min-lr 6.0e-6
+    --lr-warmup-fraction .001
+    --lr-decay-iters 500000
+)
+torchrun ${DISTRIBUTED_ARGS[@]} examples/classes/pretrain_gpt.py \\
+    ${GPT_MODEL_ARGS[@]} \\
+    ${TRAINING_ARGS[@]}
+"""
+
+
+def test_a_megatron_launch_script_reads_as_its_baseline_naming_what_is_lost():
+    spec, lost = baseline_from_megatron(parse_flags(GPT3_SCRIPT, "train.sh"), 10**8)
+    base = spec.baseline
+    assert (base.batch_size, base.lr, base.iterations, base.tokens_per_sample) == \
+        (1536, 6e-5, 500000, 2048)
+    assert base.optimizer.betas == (0.9, 0.95) and base.optimizer.weight_decay == 0.1
+    assert base.optimizer.eps == 1e-8 and spec.train.grad_clip == 1.0  # Megatron's default ε
+    assert base.warmup_epochs == pytest.approx(0.001 * 500000 * 1536 / 10**8)  # bound: float64
+    assert (base.schedule.name, base.schedule.final_lr) == ("cosine", 6e-6)
+    assert lost == ["the baseline's own ramp (--step-batch-size-schedule): planned from its "
+                    "last batch, 1,536"]
+    assert step_schedule("0:16 2.4B:320 12B:1536", 2048) == \
+        [(0, 16), (2_400_000_000 // 2048, 320), (12_000_000_000 // 2048, 1536)]
+
+
+@pytest.mark.parametrize("old, new, says", [
+    ("--lr 6.0e-5", "--lr $LR",
+     "train.sh: lr must be a number above 0 and up to 1e+06, got '$LR'"),
+    ("--lr-decay-iters 500000", "--lr-decay-iters 430000",
+     "train.sh: --lr-decay-iters 430000 is not --train-iters 500000: the decay would end"),
+    ("--global-batch-size 1536\n    --step-batch-size-schedule", "--x",
+     "train.sh: no --global-batch-size, so the global batch is the micro-batch times the"),
+    ("--train-iters 500000", "", "train.sh: give one of --train-iters and --train-samples"),
+], ids=["shell", "decay", "batch", "length"])
+def test_megatron_flags_it_cannot_read_are_refused_naming_the_flag(old, new, says):
+    assert old in GPT3_SCRIPT
+    with pytest.raises(SpecError, match=re.escape(says)):
+        baseline_from_megatron(parse_flags(GPT3_SCRIPT.replace(old, new), "train.sh"), 10**8)
+
+
+def _gpt_char(**date):
+    raw = load_spec(RECIPES / "gpt-char.yaml").model_dump(mode="json", exclude_none=True)
+    raw.setdefault("date", {}).update(date)
+    return parse_spec(raw)
+
+
+def test_emitted_megatron_flags_read_back_as_the_plan_that_wrote_them(tmp_path):
+    """gpt-char at 8× as Megatron flags: read back (as a launch script would hold them), the
+    plan at k = 1 trains alike: batch, steps, warmup, the LR at every step, β2, ε, λ, clipping,
+    the sequence length; Bridge's YAML alike."""
+    run = plan_for(_gpt_char(), 96, devices=4, micro_batch=8)
+    wrote = run.plan
+    for target, name in (("megatron", "args.sh"), ("megatron-bridge", "bridge.yaml")):
+        text, lost = stack_emitted(target, run)
+        assert lost == []
+        (tmp_path / name).write_text(text)
+        read = read_baseline(tmp_path / name, 71117)
+        again = derive_plan(read.spec, 96)
+        assert (again.target_batch, again.total_iterations, again.tokens_per_sample,
+                again.grad_clip) == (96, wrote.total_iterations, 64, 1.0), target
+        # bound: the recipe writes its warmup to 15 digits; the flags carry 9,600 samples
+        assert again.warmup_iterations == pytest.approx(wrote.warmup_iterations, rel=1e-12)
+        assert again.optimizer.options == wrote.optimizer.options, target
+        assert all(math.isclose(again.lr(i), wrote.lr(i), rel_tol=1e-12)  # bound: float64
+                   for i in range(1, wrote.total_iterations + 1)), target  # min-lr's round trip
+    text, _ = stack_emitted("megatron", run)
+    assert "--micro-batch-size 8\n" in text and "--global-batch-size 96\n" in text
+    assert "--train-samples 24000\n" in text and "--lr-warmup-samples 9600\n" in text
+
+
+def _ramped(target):
+    """gpt-char ramping to ``target`` on a rising noise curve (B_noise = 4·e^0.5 · 1000)."""
+    curve = NoiseCurve(a=4000.0, beta=0.5, first=0.01, last=0.3, lr_checked=True)
+    spec = _gpt_char(budget="ramp", ramp="planned", warmup="constant")
+    return plan_for(spec, target, noise_curve=curve)
+
+
+def test_a_ramp_is_written_as_megatrons_step_schedule_in_tokens():
+    run = _ramped(96)
+    assert [st.batch for st in run.plan.ramp] == [12, 24, 48, 96]
+    text, lost = stack_emitted("megatron", run)
+    assert "--global-batch-size" not in text  # megatron-core 0.18 refuses both
+    written = re.search(r'--step-batch-size-schedule (.+)', text).group(1)
+    assert step_schedule(shlex.split(written)[0], 64) == \
+        [(st.samples_before, st.batch) for st in run.plan.ramp]
+    assert any("peak LR per ramp stage" in line for line in lost)
+    with pytest.raises(SpecError, match="--rampup-batch-size cannot give this ramp "
+                                        r"\(12 → 24 → 48 → 96 from samples 0, "):
+        stack_emitted("megatron-rampup", run)
+    with pytest.raises(SpecError, match="Megatron-Bridge cannot train this ramp as planned"):
+        stack_emitted("megatron-bridge", run)
+
+
+def test_megatron_cores_own_calculator_gives_the_emitted_rampup_the_plans_batch_per_sample():
+    """A ramp of one move, which --rampup-batch-size can give: megatron-core's calculator over
+    the emitted triple gives the plan's batch at every sample."""
+    calculator = pytest.importorskip("megatron.core.num_microbatches_calculator",
+                                     reason="megatron-core is not installed (pip install "
+                                            "'date-engine[stacks]')")
+    run = _ramped(24)
+    plan = run.plan
+    assert [st.batch for st in plan.ramp] == [12, 24]
+    text, _ = stack_emitted("megatron-rampup", run)
+    rampup = [int(w) for w in re.search(r"--rampup-batch-size (.+)", text).group(1).split()]
+    calculator.init_num_microbatches_calculator(0, rampup, 24, 12, 1)
+    try:
+        for step in range(1, plan.total_iterations + 1):
+            samples = round(plan.samples_through(step - 1))
+            calculator.update_num_microbatches(samples, consistency_check=False)
+            assert calculator.get_current_global_batch_size() == plan.batch_at(step), step
+    finally:
+        calculator.unset_num_microbatches_calculator()

@@ -36,7 +36,7 @@ JOB_TARGETS = ("slurm", "slurm-cpu", "k8s", "k8s-cpu")
 """The ``--emit`` targets that write a job (a Slurm script, a Kubeflow TrainJob) that trains the
 plan with ``date scale`` or the user's ``--command`` (slurm, k8s: one GPU a process; -cpu: none)."""
 
-STACK_TARGETS = ("nanogpt",)
+STACK_TARGETS = ("nanogpt", "megatron", "megatron-rampup", "megatron-bridge")
 """The ``--emit`` targets that write the plan as another stack's own configuration
 (:mod:`date_engine.stacks`)."""
 

@@ -11,6 +11,7 @@ from date_engine.integrations import (
     CANNOT_EXPRESS,
     EMIT_TARGETS,
     JOB_TARGETS,
+    STACK_TARGETS,
     hf_arguments,
     hf_caveat,
     hf_flags,
@@ -19,7 +20,7 @@ from date_engine.integrations import (
 )
 from date_engine.runplan import RunPlan
 
-__all__ = ["emitted", "plan_call", "print_emitted", "scale_args"]
+__all__ = ["emitted", "plan_call", "print_emitted", "scale_args", "stack_emitted"]
 
 
 def plan_call(spec: str, run: RunPlan, overrides: list[str], probe: str | None,
@@ -78,6 +79,20 @@ def emitted(target: str, run: RunPlan, call: str) -> str:
                        "plan": run.to_dict()}, indent=2)
 
 
+def stack_emitted(target: str, run: RunPlan) -> tuple[str, list[str]]:
+    """The plan as a stack's own configuration (``--emit nanogpt``, ``megatron``,
+    ``megatron-rampup``, ``megatron-bridge``) and what that stack cannot express."""
+    if target == "nanogpt":
+        from date_engine.stacks.nanogpt import emit_nanogpt
+
+        return emit_nanogpt(run)
+    from date_engine.stacks import megatron
+
+    if target == "megatron-bridge":
+        return megatron.emit_megatron_bridge(run)
+    return megatron.emit_megatron(run, rampup=target == "megatron-rampup")
+
+
 def scale_args(spec: str, batch: str, micro_batch: int | None, overrides: list[str] | None,
                probe: Path | None, budget: str | None, parallel: str | None) -> list[str]:
     """The ``date scale`` arguments that train the plan ``date plan`` was given."""
@@ -133,13 +148,11 @@ def print_emitted(target: str, run: RunPlan, call: str, job: list[str] | bool, n
         return
     if command is not None:
         raise DateError(f"--command goes with a job: --emit {' or '.join(JOB_TARGETS)}.")
-    if target == "nanogpt":
-        from date_engine.stacks.nanogpt import emit_nanogpt
-
-        text, lost = emit_nanogpt(run)
+    if target in STACK_TARGETS:
+        text, lost = stack_emitted(target, run)
         print(text, end="", flush=True)
         if lost:
-            print(f"note: nanoGPT cannot express {'; '.join(lost)}.", file=sys.stderr)
+            print(f"note: {target} cannot express {'; '.join(lost)}.", file=sys.stderr)
         return
     print(emitted(target, run, call))
     if target != "json":
