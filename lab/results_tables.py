@@ -20,7 +20,7 @@ from pathlib import Path
 
 from date_engine.sweep.results import paired
 from lab import holdout
-from lab.results_data import RESULTS, group, seed_metrics, study_of, sweep
+from lab.results_data import RESULTS, group, seed_metrics, study_of, sweep, sweep_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 Ref = tuple[str, str]
@@ -562,11 +562,16 @@ def trainer_overhead_table() -> str:
 
 
 BRANCH_STUDIES = (
-    ("gpt-char", "gpt-char-768", ("gpt-char-branches", "gpt-char-branches-96"), 3),
-    ("Fashion-MNIST", "fashion-4096", ("fashion-branches",), 2),
-    ("MNIST", "lenet-mnist-4096", ("lenet-mnist-branches",), 2),
+    ("gpt-char", "gpt-char-768", (("gpt-char-branches", "epochs from the noise curve"),
+                                  ("gpt-char-branches-scaled", "epochs from the noise curve"),
+                                  ("gpt-char-branches-measured", "from the critical batch"),
+                                  ("gpt-char-branches-96", "")), 3),
+    ("Fashion-MNIST", "fashion-4096", (("fashion-branches", ""),), 2),
+    ("MNIST", "lenet-mnist-4096", (("lenet-mnist-branches", ""),), 2),
 )
-"""(study, its probe in docs/results/branch-probes, its sweeps, the digits its Δ is given to)."""
+"""(study, its probe in docs/results/branch-probes, its sweeps each with how its budget was
+planned — before hold and ramp read the measured critical batch, or after — and the digits its
+Δ is given to). A sweep not yet stored is left out."""
 
 
 def _branch_probe(name: str) -> dict:
@@ -610,12 +615,18 @@ def branch_cells_table() -> str:
         probe = _branch_probe(probe_name)
         target, named = probe["target_batch"], probe["critical_batch"][-1]["batch"]
         s = probe["settings"]
-        for name in names:
+        for name, how in names:
+            if not (RESULTS / "sweeps" / f"{name}.jsonl").exists():
+                continue
             summary = sweep(name)
             base = summary.baseline
+            overrides = sweep_rows(name)[0]["settings"].get("overrides", ())
+            moment = "scaled" if "date.second_moment=scaled" in overrides else s["second_moment"]
             for g in summary.groups:
                 budget = g.scheme.partition("+")[2] or "same-epochs"
-                plan = (f"{budget}, measured k^{s['lr_exponent']:g}, {_moment(s['second_moment'])}"
+                budget += f" ({how})" if how and budget != "same-epochs" else ""
+                plan = (f"{budget}, measured k^{s['lr_exponent']:g}, {_moment(moment)}"
+                        + (" (set)" if moment != s["second_moment"] else "")
                         if g.batch == target else f"{budget}, the rule's with its probe")
                 said = ("does not keep up" if g.batch == target and named < target else
                         "keeps up" if g.batch == target else
