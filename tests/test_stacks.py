@@ -307,3 +307,15 @@ def test_megatron_cores_own_calculator_gives_the_emitted_rampup_the_plans_batch_
             assert calculator.get_current_global_batch_size() == plan.batch_at(step), step
     finally:
         calculator.unset_num_microbatches_calculator()
+
+
+def test_a_constant_schedule_is_written_for_nanogpt_as_a_cosine_that_stays_at_its_peak(tmp_path):
+    raw = _gpt_char().model_dump(mode="json", exclude_none=True)
+    raw["baseline"]["schedule"] = {"name": "constant"}
+    run = plan_for(parse_spec(raw), 96)
+    text, lost = emit_nanogpt(run)
+    assert lost[1:] == [] and f"min_lr = {run.plan.peak_lr!r}\n" in text
+    (tmp_path / "c.py").write_text(text)
+    again = derive_plan(baseline_from_file(tmp_path / "c.py", 71117), 96)
+    assert all(math.isclose(again.lr(i), run.plan.lr(i), rel_tol=1e-12)  # bound: float64 cosine
+               for i in range(1, run.plan.total_iterations + 1))

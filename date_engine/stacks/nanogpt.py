@@ -148,8 +148,8 @@ def emit_nanogpt(run) -> tuple[str, list[str]]:
     if schedule.name not in ("cosine", "constant") or plan.warmup_shape != "linear":
         lost.append(f"the {schedule.name} schedule (nanoGPT: linear warmup, cosine)")
     beta1, beta2 = plan.optimizer.options.get("betas", (0.9, 0.999))
-    final = max(schedule.final * plan.peak_lr if schedule.final is not None else 0.0,
-                plan.lr_floor)
+    final = plan.peak_lr if schedule.name == "constant" else max(  # a cosine from η to η
+        schedule.final * plan.peak_lr if schedule.final is not None else 0.0, plan.lr_floor)
     lines = [
         f"# date plan: batch {plan.target_batch:,} = batch_size {split.micro_batch} × "
         f"gradient_accumulation_steps {split.accumulation_steps * split.world_size} "
