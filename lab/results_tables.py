@@ -568,6 +568,8 @@ BRANCH_STUDIES = (
                                   ("gpt-char-branches-96", "")), 3),
     ("Fashion-MNIST", "fashion-4096", (("fashion-branches", ""),), 2),
     ("MNIST", "lenet-mnist-4096", (("lenet-mnist-branches", ""),), 2),
+    ("lstm-mnist-adam (held out)", "lstm-mnist-adam-4096", (("lstm-mnist-adam-branches", ""),),
+     2),
 )
 """(study, its probe in docs/results/branch-probes, its sweeps each with how its budget was
 planned — before hold and ramp read the measured critical batch, or after — and the digits its
