@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 __all__ = ["HELD_OUT_MISS", "HOLDING_FACTOR", "PLATEAU_MISS", "STEPS_LIMITED_MISSES",
            "CriticalCurve", "Forecast", "NoiseCurve", "batch_at_factor", "batch_slope",
@@ -80,6 +81,8 @@ class NoiseCurve:
     steps_limited: bool = False
     """The LR check found a doubled LR no better: the forecast takes B_noise as 0 (every step
     needed at any batch) instead of this curve."""
+    symbol: ClassVar[str] = "B_noise"
+    """How the plan's ledger names the curve."""
 
     def __call__(self, epoch: float) -> float:
         return self.a * max(epoch, 1e-9) ** self.beta
@@ -144,7 +147,9 @@ class CriticalCurve:
     points: tuple[tuple[float, int], ...]
     """(epoch, critical batch) per checkpoint branched from, in order."""
     shape: NoiseCurve | None = None
-    steps_limited = False
+    steps_limited: ClassVar[bool] = False
+    """Never: the branches measured how the batch costs, whatever the LR check read."""
+    symbol: ClassVar[str] = "B_crit"
 
     @classmethod
     def of(cls, measured: Sequence[tuple[int, int]], samples_per_epoch: int,
@@ -169,10 +174,6 @@ class CriticalCurve:
     @property
     def last(self) -> float:
         return self.points[-1][0]
-
-    @property
-    def lr_checked(self) -> bool:
-        return self.shape is not None and self.shape.lr_checked
 
     def measured_at(self, epoch: float) -> bool:
         """True where ``epoch`` lies within the measured checkpoints (not extrapolated)."""

@@ -608,9 +608,8 @@ def derive_plan(spec: Spec, batch: int, dataset_size: int | None = None,
     warmup_epochs, warmup_iterations = _warmup(d, warmup, stages, k, w0, n, b0, batch)
     ahead = _forecast(d, spec, cost, batch, b0, total_epochs, n)
     if stages:
-        total_epochs, total_iterations = _ramp_budget(
-            d, stages, ramp_samples, n, total_epochs, i0,
-            "B_crit" if isinstance(cost, CriticalCurve) else "B_noise")
+        total_epochs, total_iterations = _ramp_budget(d, stages, ramp_samples, n, total_epochs,
+                                                      i0, cost.symbol)
     elif date.budget == "hold":
         total_epochs, total_iterations = _hold_budget(d, ahead, total_epochs, n, batch, i0)
     else:

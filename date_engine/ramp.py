@@ -31,6 +31,7 @@ Plain Python: ``date plan`` imports no torch.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -83,16 +84,11 @@ def ramp(curve: NoiseCurve | CriticalCurve, target: int, baseline: int, baseline
     ramp then ends below the target)."""
     rungs = ladder(target, baseline, multiple_of)
     # the progress e_j at which each rung becomes useful: B_noise(e_j) = rung/ρ (B_noise rises)
-    starts = [0.0] + [curve.progress_at(b / reach) for b in rungs[1:]]
-    kept = [(b, e) for b, e in zip(rungs, starts) if e < baseline_epochs]
+    kept = [(b, e) for b, e in _starts(curve, rungs, reach) if e < baseline_epochs]
     # a rung the next one starts with (the noise already past both) is skipped
     kept = [(b, e) for i, (b, e) in enumerate(kept) if i + 1 == len(kept) or kept[i + 1][1] > e]
     # epochs trained by the end of each rung's stretch of progress
-    ends = [e for _, e in kept[1:]] + [baseline_epochs]
-    epochs, done = [], 0.0
-    for (b, e), end in zip(kept, ends):
-        done += mean_cost(curve, b, baseline, e, end) * (end - e)
-        epochs.append(done)
+    epochs = list(itertools.accumulate(_stretches(curve, kept, baseline, baseline_epochs)))
     stages, samples, step = [], 0, 1
     for (b, e), end_epochs in zip(kept, epochs):
         count = max(1, math.ceil((end_epochs * dataset_size - samples) / b))
@@ -203,11 +199,27 @@ def run_samples(curve: NoiseCurve | CriticalCurve, stages: tuple[Rung, ...], bas
                 reach: float, progress: float, samples_per_epoch: int) -> float:
     """The samples the ramp :func:`ramp` planned as ``stages`` on ``curve`` has trained by the
     time it has made the baseline's ``progress`` (epochs): ε(progress) · n."""
-    starts = [0.0] + [curve.progress_at(st.batch / reach) for st in stages[1:]]
-    total = 0.0
-    for st, start, end in zip(stages, starts, starts[1:] + [math.inf]):
-        upto = min(end, progress)
+    kept = _starts(curve, [st.batch for st in stages], reach)
+    return sum(_stretches(curve, kept, baseline, progress)) * samples_per_epoch
+
+
+def _starts(curve: NoiseCurve | CriticalCurve, rungs: list[int], reach: float
+            ) -> list[tuple[int, float]]:
+    """Each rung with the baseline's progress e_j at which it becomes useful: the curve reaches
+    rung / ρ there (the first rung from the start)."""
+    return [(b, 0.0 if j == 0 else curve.progress_at(b / reach)) for j, b in enumerate(rungs)]
+
+
+def _stretches(curve: NoiseCurve | CriticalCurve, kept: list[tuple[int, float]], baseline: int,
+               until: float) -> list[float]:
+    """The epochs a ramp trains over each rung's stretch of the baseline's progress (a rung's
+    start to the next one's), up to progress ``until``: the stretch's width times its mean cost
+    (B_noise(e) + b) / (B_noise(e) + B0)."""
+    ends = [e for _, e in kept[1:]] + [until]
+    out = []
+    for (b, start), end in zip(kept, ends):
+        upto = min(end, until)
         if upto <= start:
             break
-        total += mean_cost(curve, st.batch, baseline, start, upto) * (upto - start)
-    return total * samples_per_epoch
+        out.append(mean_cost(curve, b, baseline, start, upto) * (upto - start))
+    return out
