@@ -347,9 +347,9 @@ def read_baseline(path: str | Path, train_samples: int, world_size: int = 1) -> 
                             "Megatron-Bridge config.") from None
         if isinstance(args, Mapping) and any(isinstance(args.get(k), Mapping)
                                              for k in ("train", "optimizer", "scheduler")):
-            from date_engine.stacks.megatron import baseline_from_megatron, read_megatron
+            from date_engine.stacks.megatron import baseline_from_megatron, bridge_flags
 
-            spec, lost = baseline_from_megatron(read_megatron(path), train_samples)
+            spec, lost = baseline_from_megatron(bridge_flags(args, str(path)), train_samples)
             return BaselineRead(spec, lost=tuple(lost))
         return BaselineRead(baseline_from_timm(args, train_samples, world_size))
     raise SpecError(f"{path}: --from reads {_KINDS}; got a {path.suffix or 'suffix-less'} file.")

@@ -100,8 +100,8 @@ def plan_command(
     default the optimizer family's rule (k^p·η0 and the optimizer's batch-dependent settings);
     --set date.rule=paper for the paper's √k·η0. --devices: the split; with --bench, the times
     and the speedup. --emit: the settings for HF's Trainer, Lightning or accelerate, or a Slurm
-    script or Kubeflow TrainJob that trains the plan. --from: the baseline of a HF, timm or
-    nanoGPT run."""
+    script or Kubeflow TrainJob that trains the plan, or nanoGPT's or Megatron's own
+    configuration. --from: the baseline of a HF, timm, nanoGPT or Megatron run."""
     from date_engine.commands import plan_report
 
     with user_errors():

@@ -45,9 +45,10 @@ PlanSpecArg = Annotated[Optional[str], typer.Argument(
     help="Baseline YAML, or the name of a shipped one (date recipes lists them); or --from.")]
 FromOpt = Annotated[Optional[Path], path_opt(
     "--from", help="Read the baseline from the run's own configuration instead of SPEC: Hugging "
-    "Face's TrainingArguments as JSON (args.to_json_string()), timm's args.yaml, or a nanoGPT "
-    "config (config/x.py, read without running it; what it leaves out is train.py's); with "
-    "--train-samples (and --baseline-devices where it ran on more than one).")]
+    "Face's TrainingArguments as JSON (args.to_json_string()), timm's args.yaml, a nanoGPT "
+    "config (config/x.py, read without running it), Megatron-LM flags or its launch script "
+    "(*.sh, *.txt, *.args) or a Megatron-Bridge YAML; with --train-samples (and "
+    "--baseline-devices where it ran on more than one).")]
 TrainSamplesOpt = Annotated[Optional[int], opt(
     "--train-samples", min=1, help="With --from: the baseline's training samples per epoch "
     "(its dataset's length; for a language model, its sequences; the configuration does not "

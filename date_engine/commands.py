@@ -23,6 +23,7 @@ from date_engine.runplan import RunPlan
 from date_engine.spec import Spec, spec_with
 
 if TYPE_CHECKING:
+    from date_engine.baselines import BaselineRead
     from date_engine.recipes import Recipe
     from date_engine.train.config import RunConfig
     from date_engine.train.launch import LaunchOptions
@@ -47,7 +48,7 @@ def spec_of(arg: str | None, overrides: list[str] | None, probe: Path | None = N
 
 def config_spec(arg: str | None, config: Path, samples: int | None, devices: int | None,
                 overrides: list[str] | None, probe: Path | None, budget: str | None,
-                parallel: str | None) -> tuple[Path, Spec, str, Any]:
+                parallel: str | None) -> tuple[Path, Spec, str, BaselineRead]:
     """``date plan --from``: the baseline of a run's own configuration (SPEC not given), with
     the overrides, the Python expression that gives it, and what the reader said
     (:class:`~date_engine.baselines.BaselineRead`: where each value came from, what is lost)."""

@@ -21,7 +21,6 @@ from date_engine.spec import load_spec, parse_spec
 from date_engine.stacks.megatron import baseline_from_megatron, parse_flags, step_schedule
 from date_engine.stacks.nanogpt import (
     TRAIN_DEFAULTS,
-    baseline_from_nanogpt,
     emit_nanogpt,
     nanogpt_sources,
     read_pyconfig_text,
@@ -135,7 +134,7 @@ def test_a_config_it_cannot_carry_is_refused_in_one_sentence_exit_2(tmp_path, te
     config = tmp_path / "small.py"
     config.write_text(text)
     with pytest.raises(SpecError, match=says.replace("(", r"\(")):
-        baseline_from_nanogpt(config, 100000)
+        baseline_from_file(config, 100000)
     result = runner.invoke(app, ["plan", "--from", str(config), "--train-samples", "100000",
                                  "--batch", "480"], env={"COLUMNS": "400"})
     assert result.exit_code == 2 and "Traceback" not in result.output

@@ -30,15 +30,14 @@ from __future__ import annotations
 import math
 import shlex
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from date_engine.errors import SpecError
 from date_engine.fields import Fields, counts
 from date_engine.spec import Spec, parse_spec
 
-__all__ = ["DEFAULTS", "baseline_from_megatron", "emit_megatron", "emit_megatron_bridge",
-           "read_megatron", "step_schedule"]
+__all__ = ["DEFAULTS", "Flags", "baseline_from_megatron", "bridge_flags", "emit_megatron",
+           "emit_megatron_bridge", "parse_flags", "step_schedule"]
 
 DEFAULTS: dict[str, Any] = {
     "lr-decay-style": "linear", "min-lr": 0.0, "lr-warmup-iters": 0, "lr-warmup-samples": 0,
@@ -88,19 +87,6 @@ class Flags:
         return self.values.get(name) is not None
 
 
-def read_megatron(config: str | Path) -> Flags:
-    """The training arguments of a Megatron configuration file: ``*.yaml``/``*.yml`` a
-    Megatron-Bridge config, anything else flags (a file of them, or a launch script)."""
-    from date_engine.files import read_small_text
-
-    path = Path(config)
-    text = read_small_text(path, "--from", "give the launch script, the file of flags or the "
-                           "Megatron-Bridge YAML", error=SpecError)
-    if path.suffix in (".yaml", ".yml"):
-        return _bridge(text, str(path))
-    return parse_flags(text, str(path))
-
-
 def parse_flags(text: str, source: str) -> Flags:
     """Every ``--flag value...`` in ``text`` (flags, or a script's argument arrays and command
     lines), comments and line continuations dropped; a value with a ``$`` is kept as text."""
@@ -141,23 +127,15 @@ def _number(word: str) -> Any:
     return word
 
 
-def _bridge(text: str, source: str) -> Flags:
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise SpecError(f"{source}: not YAML; give the Megatron-Bridge config.") from None
-    if not isinstance(data, Mapping):
-        raise SpecError(f"{source}: not a Megatron-Bridge config (sections train, optimizer, "
-                        "scheduler...).")
+def bridge_flags(data: Mapping[str, Any], source: str) -> Flags:
+    """A Megatron-Bridge config (its YAML as a mapping of sections) as the Megatron-LM flags its
+    fields are."""
     values = {}
     for key, flag in _BRIDGE.items():
         section, name = key.split(".")
-        value = (data.get(section) or {}).get(name) if isinstance(data.get(section),
-                                                                   Mapping) else None
-        if value is not None:
-            values[flag] = value
+        value = data.get(section)
+        if isinstance(value, Mapping) and value.get(name) is not None:
+            values[flag] = value[name]
     return Flags(values, source)
 
 
@@ -178,13 +156,13 @@ def _suffixed(word: str) -> int:
     return int(float(word[:-1] if scale > 1 else word) * scale)
 
 
-def baseline_from_megatron(config: Flags | str | Path, train_samples: int
-                           ) -> tuple[Spec, list[str]]:
-    """The spec of the baseline a Megatron configuration trains on ``train_samples``
-    sequences an epoch, and what it sets that the plan cannot carry (one line each). Raises
-    SpecError, in one sentence naming the file and the flag, for a value it cannot read."""
+def baseline_from_megatron(flags: Flags, train_samples: int) -> tuple[Spec, list[str]]:
+    """The spec of the baseline a Megatron configuration (:func:`parse_flags` of its flags or
+    launch script, :func:`bridge_flags` of a Bridge YAML; a file:
+    :func:`~date_engine.baselines.baseline_from_file`) trains on ``train_samples`` sequences an
+    epoch, and what it sets that the plan cannot carry (one line each). Raises SpecError, in one
+    sentence naming the file and the flag, for a value it cannot read."""
     counts("baseline_from_megatron", train_samples, 1)
-    flags = config if isinstance(config, Flags) else read_megatron(config)
     f = flags.fields()
     lost: list[str] = []
     batch = _global_batch(flags, f, lost)

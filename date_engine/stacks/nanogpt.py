@@ -31,7 +31,7 @@ from date_engine.spec import Spec, parse_spec
 from date_engine.stacks.pyconfig import PyConfig, read_pyconfig
 
 __all__ = ["TRAIN_DEFAULTS", "baseline_from_nanogpt", "emit_nanogpt", "nanogpt_sources",
-           "read_nanogpt", "read_pyconfig_text"]
+           "read_pyconfig_text"]
 
 TRAIN_DEFAULTS: dict[str, Any] = {
     "batch_size": 12, "block_size": 1024, "gradient_accumulation_steps": 5 * 8,
@@ -43,33 +43,19 @@ TRAIN_DEFAULTS: dict[str, Any] = {
 _READ = tuple(TRAIN_DEFAULTS)
 
 
-def read_nanogpt(config: str | Path) -> PyConfig:
-    """A nanoGPT config file (its path), read without running it, names resolved against
-    train.py's defaults."""
-    from date_engine.files import read_small_text
-
-    path = Path(config)
-    text = read_small_text(path, "--from", "give the nanoGPT config file (config/x.py)",
-                           error=SpecError)
-    return read_pyconfig_text(text, str(path))
-
-
 def read_pyconfig_text(text: str, source: str) -> PyConfig:
     """A nanoGPT config's text (``source`` its name), names resolved against train.py's
     defaults."""
     return read_pyconfig(text, source, TRAIN_DEFAULTS)
 
 
-def baseline_from_nanogpt(config: PyConfig | Mapping[str, Any] | str | Path,
-                          train_samples: int) -> Spec:
-    """The spec of the baseline a nanoGPT config (a file's path, what :func:`read_nanogpt`
-    read, or its values as a dict) trains on ``train_samples`` sequences of ``block_size``
-    tokens per epoch. Raises SpecError, in one sentence naming the file and the name, for a
-    value it cannot read or carry."""
+def baseline_from_nanogpt(config: PyConfig | Mapping[str, Any], train_samples: int) -> Spec:
+    """The spec of the baseline a nanoGPT config (what :func:`read_pyconfig_text` read, or its
+    values as a dict; a file: :func:`~date_engine.baselines.baseline_from_file`) trains on
+    ``train_samples`` sequences of ``block_size`` tokens per epoch. Raises SpecError, in one
+    sentence naming the file and the name, for a value it cannot read or carry."""
     counts("baseline_from_nanogpt", train_samples, 1)
-    read = config if isinstance(config, PyConfig) else \
-        PyConfig("the config", dict(config)) if isinstance(config, Mapping) else \
-        read_nanogpt(config)
+    read = config if isinstance(config, PyConfig) else PyConfig("the config", dict(config))
     for name in _READ:
         if name in read.unread:
             raise SpecError(f"{read.source} line {read.unread[name]}: {name} is not a value or "
