@@ -483,26 +483,27 @@ class Spec(_Section):
         (the plan, compared besides, catches a default that changed what runs).
         """
         data = self.model_dump(mode="json", exclude_defaults=True)
-        for key in _NOT_FINGERPRINTED:
-            data.get("train", {}).pop(key, None)
-        data.get("baseline", {}).pop("tokens_per_sample", None)
+        for section, key in _NOT_FINGERPRINTED:
+            data.get(section, {}).pop(key, None)
         canonical = json.dumps(data, sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 _NOT_FINGERPRINTED = (
-    "parallel",  # in the plan, which names it when a checkpoint of the other kind is refused
-    "output_dir",
-    "data_dir",
-    "checkpoint_every",
-    "checkpoint_minutes",
-    "keep_checkpoints",
-    "log_every",
-    "eval_every",
-    "num_workers",
-    "spike_guard",  # a safety setting, like checkpointing: a run may be resumed without it
-    "spike_lr_factor",
+    ("train", "parallel"),  # the plan names it when a checkpoint of the other kind is refused
+    ("train", "output_dir"),
+    ("train", "data_dir"),
+    ("train", "checkpoint_every"),
+    ("train", "checkpoint_minutes"),
+    ("train", "keep_checkpoints"),
+    ("train", "log_every"),
+    ("train", "eval_every"),
+    ("train", "num_workers"),
+    ("train", "spike_guard"),  # a safety setting, like checkpointing: resumed without it
+    ("train", "spike_lr_factor"),
+    ("baseline", "tokens_per_sample"),  # what the plan counts in, not what it trains
 )
+"""(section, field) of the settings a run may be resumed with changed."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -93,6 +93,9 @@ def test_gpt_chars_baseline_from_its_nanogpt_config_plans_as_the_recipe(tmp_path
     assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
     assert "tokens_per_sample" not in derive_plan(load_spec(RECIPES / "lenet-digits.yaml"),
                                                   64).to_dict()
+    raw = spec.model_dump(mode="json", exclude_none=True)
+    del raw["baseline"]["tokens_per_sample"]  # counted in, not trained: a run resumes without it
+    assert parse_spec(raw).fingerprint() == spec.fingerprint()
     read = read_pyconfig_text(GPT_CHAR, "train_gpt_char.py")
     sources = nanogpt_sources(read)
     assert sources["baseline.batch_size"] == \
