@@ -186,7 +186,7 @@ def branch_cost(baseline_batch: int, target: int, points: int, settings: int,
     steps = max(MIN_BRANCH_STEPS, limit // ((chosen * per_point + settings) * target))
     samples = steps * target
     note = "" if chosen == points else (
-        f"branching from {chosen} checkpoint{'s' * (chosen > 1)}, not {points}: {points} would "
+        f"Branching from {chosen} checkpoint{'s' * (chosen > 1)}, not {points}: {points} would "
         f"cost more than the budget of {limit:,} samples (--branch-samples raises it).")
     return BranchCost(chosen, samples, (chosen * per_point + settings) * samples, limit,
                       baseline_samples, target_samples, note)

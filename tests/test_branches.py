@@ -59,7 +59,7 @@ def test_the_cost_stays_within_the_budget_with_fewer_points_said_in_one_line():
     branches = 1 * (6 + 1) + 4
     assert cost.points == 1 and cost.total == branches * cost.samples <= cost.budget == 86224
     assert cost.samples >= MIN_BRANCH_STEPS * 512 and cost.samples % 512 == 0
-    assert "branching from 1 checkpoint, not 3" in cost.note
+    assert "Branching from 1 checkpoint, not 3" in cost.note
     assert "0.98× one baseline run" in cost.line()
     # room for all three: no note, and each branch as long as the budget allows
     roomy = branch_cost(16, 512, 3, 4, 86224, 86224, budget=10**6)
