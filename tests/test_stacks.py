@@ -321,3 +321,13 @@ def test_a_constant_schedule_is_written_for_nanogpt_as_a_cosine_that_stays_at_it
     again = derive_plan(baseline_from_file(tmp_path / "c.py", 71117), 96)
     assert all(math.isclose(again.lr(i), run.plan.lr(i), rel_tol=1e-12)  # bound: float64 cosine
                for i in range(1, run.plan.total_iterations + 1))
+
+
+def test_a_warmup_of_a_fraction_of_a_step_is_named_where_nanogpt_rounds_it():
+    raw = _gpt_char().model_dump(mode="json", exclude_none=True)
+    raw["baseline"]["warmup_epochs"] = 50.5 * 12 / 71117  # 50.5 steps of 12
+    run = plan_for(parse_spec(raw), 96)
+    text, lost = emit_nanogpt(run)
+    assert run.plan.warmup_iterations == pytest.approx(50.5)  # bound: float64 of 50.5·12/71117
+    assert "warmup_iters = 50\n" in text or "warmup_iters = 51\n" in text
+    assert any(line.startswith("the warmup's 50.5 steps (written as ") for line in lost)

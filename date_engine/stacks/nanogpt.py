@@ -133,6 +133,9 @@ def emit_nanogpt(run) -> tuple[str, list[str]]:
         lost.append(f"ε {eps:g} (train.py keeps torch's 1e-8)")
     if schedule.name not in ("cosine", "constant") or plan.warmup_shape != "linear":
         lost.append(f"the {schedule.name} schedule (nanoGPT: linear warmup, cosine)")
+    warmup = round(plan.warmup_iterations)
+    if abs(plan.warmup_iterations - warmup) > 1e-6:  # train.py counts its warmup in steps
+        lost.append(f"the warmup's {plan.warmup_iterations:.4g} steps (written as {warmup})")
     beta1, beta2 = plan.optimizer.options.get("betas", (0.9, 0.999))
     final = plan.peak_lr if schedule.name == "constant" else max(  # a cosine from η to η
         schedule.final * plan.peak_lr if schedule.final is not None else 0.0, plan.lr_floor)
@@ -146,7 +149,7 @@ def emit_nanogpt(run) -> tuple[str, list[str]]:
         f"learning_rate = {plan.peak_lr!r}",
         f"max_iters = {plan.total_iterations}",
         f"lr_decay_iters = {plan.total_iterations}",
-        f"warmup_iters = {round(plan.warmup_iterations)}",
+        f"warmup_iters = {warmup}",
         f"min_lr = {final!r}",
         f"decay_lr = {schedule.name != 'constant' or plan.warmup_iterations > 0}",
         f"beta1 = {beta1!r}",
